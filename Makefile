@@ -1,0 +1,30 @@
+# The two commands of the quick start: `make demo` and `make test`. Both create ./.venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+RANKS ?= 4
+EPOCHS ?= 4
+DEMO := results/demo
+
+.PHONY: install demo test clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet torch==2.14.1 torchvision==0.29.1
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+# GS, LS and PLS q=0.3 on $(RANKS) mpiexec ranks on the CPU, then the breakdown side by side
+demo: $(STAMP)
+	rm -rf $(DEMO)
+	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
+
+test: $(STAMP)
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
+
+clean:
+	rm -rf $(VENV) results/runs results/demo data

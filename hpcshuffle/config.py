@@ -1,0 +1,91 @@
+"""The typed run configuration: built once from Hydra's DictConfig at the entry point, checked here.
+
+Library code below the entry point takes plain values from this object, never a DictConfig.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.plan import FIXED_Q, PLANNERS
+
+
+@dataclass(frozen=True)
+class SynthSpec:
+    samples: int
+    classes: int
+    size: int
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    shuffle: str
+    q: float
+    dataset_root: Path
+    synthesize: SynthSpec | None
+    model: str
+    epochs: int
+    batch_size: int
+    seed: int
+    lr: float
+    momentum: float
+    weight_decay: float
+    local_dir: Path
+    loader_workers: int
+    exchange_timeout_s: float
+    device: str
+    threads: int
+    audit: bool
+    progress: bool
+
+    def __post_init__(self) -> None:
+        if self.shuffle not in PLANNERS:
+            raise ConfigError(f"shuffle must be one of {sorted(PLANNERS)}, got {self.shuffle!r}")
+        if not 0.0 <= self.q <= 1.0:
+            raise ConfigError(f"shuffle.q must be in [0, 1], got {self.q}")
+        if self.shuffle in FIXED_Q and self.q != FIXED_Q[self.shuffle]:
+            raise ConfigError(
+                f"shuffle={self.shuffle} means q={FIXED_Q[self.shuffle]}, got shuffle.q={self.q}; "
+                f"use shuffle=partial shuffle.q={self.q} to exchange a fraction"
+            )
+        for name in ("epochs", "batch_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.loader_workers < 0:
+            raise ConfigError(f"loader.workers must be >= 0, got {self.loader_workers}")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+
+    @classmethod
+    def from_hydra(cls, cfg: DictConfig) -> RunConfig:
+        synth = cfg.dataset.get("synthesize")
+        return cls(
+            shuffle=cfg.shuffle.name,
+            q=float(cfg.shuffle.q),
+            dataset_root=Path(cfg.dataset.root),
+            synthesize=SynthSpec(int(synth.samples), int(synth.classes), int(synth.size)) if synth else None,
+            model=cfg.model.name,
+            epochs=int(cfg.epochs),
+            batch_size=int(cfg.batch_size),
+            seed=int(cfg.seed),
+            lr=float(cfg.optim.lr),
+            momentum=float(cfg.optim.momentum),
+            weight_decay=float(cfg.optim.weight_decay),
+            local_dir=Path(cfg.storage.local_dir),
+            loader_workers=int(cfg.loader.workers),
+            exchange_timeout_s=float(cfg.exchange.timeout_s),
+            device=cfg.device,
+            threads=int(cfg.threads),
+            audit=bool(cfg.audit),
+            progress=bool(cfg.progress) and sys.stderr.isatty(),  # logs get the epoch table only
+        )
+
+
+def resolved_yaml(cfg: DictConfig) -> str:
+    """The run's config as YAML, every interpolation resolved (what ranks must agree on)."""
+    return OmegaConf.to_yaml(cfg, resolve=True, sort_keys=True)

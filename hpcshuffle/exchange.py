@@ -1,0 +1,245 @@
+"""The PLS sample exchange over MPI, overlapped with training (the scheduler of Fig. 3).
+
+Per epoch::
+
+    scheduler.scheduling(plan)          # this rank's sends and expected receives
+    for iteration in range(I):
+        scheduler.communicate(iteration)    # post this iteration's ≈ q·b Isends, take what arrived
+        ... forward / backward / allreduce ...
+    scheduler.synchronize()             # finish, make received samples durable, one barrier
+    scheduler.clean_local_storage()     # only now delete what was sent; commit the manifest
+
+Only this module moves sample payloads. Each sample travels as one or more messages with
+numpy byte buffers (Isend / Improbe + Irecv, sizes probed, never a fixed receive buffer); a
+payload larger than `max_message_bytes` is split so that no MPI count exceeds int32. Messages
+between two ranks cannot overtake each other, so the receiver knows from the plan which
+sample each message must carry, and checks it.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+import numpy as np
+from mpi4py import MPI
+
+from hpcshuffle.plan import EpochPlan
+from hpcshuffle.store import SampleMeta, Store
+
+TAG_SAMPLE = 7
+# sample_id, label, total payload bytes (after the header), relpath bytes
+HEADER = struct.Struct("<qqqI")
+MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB, well below the 2 GiB int32 limit of MPI counts
+
+
+class ExchangeError(RuntimeError):
+    """The exchange cannot complete: ranks disagree on the plan, or a peer stopped answering."""
+
+
+@dataclass
+class _Incoming:
+    """A sample whose first message has arrived and whose remaining chunks are awaited."""
+
+    meta: SampleMeta
+    chunks: list[np.ndarray]
+    remaining_bytes: int
+
+
+@dataclass
+class EpochTraffic:
+    sent: int = 0
+    received: int = 0
+    sent_bytes: int = 0
+    received_bytes: int = 0
+    pending_sends: list = field(default_factory=list)  # (request, buffer) kept alive until done
+
+
+def encode(meta: SampleMeta, data: bytes) -> bytes:
+    relpath = meta.relpath.encode()
+    return HEADER.pack(meta.sample_id, meta.label, len(data), len(relpath)) + relpath + data
+
+
+class Scheduler:
+    """Carries out this rank's part of each epoch's exchange.
+
+    Args:
+        comm: the job's communicator; the scheduler works on a private duplicate of it.
+        store: this rank's node-local store (samples are read from and written into it).
+        plan_key: identifies the plan sequence in the store's manifest.
+        timeout_s: how long `synchronize` waits without any progress before it gives up.
+        max_message_bytes: the largest single MPI message; bigger payloads are chunked.
+    """
+
+    def __init__(
+        self,
+        comm: MPI.Comm,
+        store: Store,
+        plan_key: str,
+        timeout_s: float = 300.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
+        self.comm = comm.Dup()
+        self.rank = comm.Get_rank()
+        self.store = store
+        self.plan_key = plan_key
+        self.timeout_s = timeout_s
+        self.max_message_bytes = max_message_bytes
+        self.plan: EpochPlan | None = None
+        self.traffic = EpochTraffic()
+        self._events = 0  # counts every completed step, for the stall watchdog
+
+    # -- the Fig. 3 API ------------------------------------------------------------------
+
+    def scheduling(self, plan: EpochPlan) -> None:
+        """Prepare the epoch: which samples go where, when, and what must arrive from whom."""
+        self.plan = plan
+        self.traffic = EpochTraffic()
+        moves = plan.exchange
+        if moves is None:
+            self._sends = np.empty(0, dtype=np.int64)
+            self._expected: dict[int, deque[int]] = {}
+        else:
+            self._sends = moves.sends_of(self.rank)
+            self._expected = {}
+            for row in moves.receives_of(self.rank):
+                self._expected.setdefault(int(moves.src[row]), deque()).append(int(moves.sample_id[row]))
+        self._next_send = 0
+        self._incoming: dict[int, _Incoming] = {}
+        self._pending_recvs: list[tuple[MPI.Request, np.ndarray, int]] = []
+
+    def communicate(self, iteration: int) -> None:
+        """Post the sends planned up to `iteration`, and take in whatever has arrived.
+
+        Call once per iteration before the forward pass, so the transfers progress during
+        forward and backward.
+        """
+        moves = self.plan.exchange if self.plan else None
+        if moves is None:
+            return
+        while self._next_send < len(self._sends) and moves.iteration[self._sends[self._next_send]] <= iteration:
+            self._post_send(int(self._sends[self._next_send]))
+            self._next_send += 1
+        self._poll()
+
+    def synchronize(self) -> None:
+        """Finish every transfer of the epoch and make the received samples durable.
+
+        Ends in one barrier: once it returns on any rank, every rank has fsynced every sample
+        it received, so senders may delete their copies.
+        """
+        if self.plan is None:
+            raise ExchangeError("synchronize() before scheduling()")
+        self.communicate(self.plan.spec.iterations)
+        seen, last_progress = self._events, time.monotonic()
+        while not self._poll():
+            if self._events != seen:
+                seen, last_progress = self._events, time.monotonic()
+            elif time.monotonic() - last_progress > self.timeout_s:
+                raise ExchangeError(self._stall_report())
+            else:
+                time.sleep(0.0005)
+        self.store.sync()
+        self.comm.Barrier()
+
+    def clean_local_storage(self) -> None:
+        """Delete the samples this rank sent, then commit the store for the next epoch."""
+        if self.plan is None:
+            raise ExchangeError("clean_local_storage() before scheduling()")
+        moves = self.plan.exchange
+        if moves is not None:
+            for row in self._sends:
+                self.store.remove(int(moves.sample_id[row]))
+        self.store.commit(self.plan.epoch + 1, self.plan_key)
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _post_send(self, row: int) -> None:
+        moves = self.plan.exchange
+        sample_id, dst = int(moves.sample_id[row]), int(moves.dst[row])
+        data = self.store.read_bytes(sample_id)
+        payload = np.frombuffer(encode(self.store.meta(sample_id), data), dtype=np.uint8)
+        for start in range(0, len(payload), self.max_message_bytes):
+            chunk = payload[start : start + self.max_message_bytes]
+            request = self.comm.Isend([chunk, MPI.BYTE], dest=dst, tag=TAG_SAMPLE)
+            self.traffic.pending_sends.append((request, chunk))
+        self.traffic.sent += 1
+        self.traffic.sent_bytes += len(data)
+
+    def _poll(self) -> bool:
+        """Advance every transfer without blocking; True once all of this epoch's are done."""
+        status = MPI.Status()
+        while (message := self.comm.Improbe(MPI.ANY_SOURCE, TAG_SAMPLE, status)) is not None:
+            buffer = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+            self._pending_recvs.append((message.Irecv([buffer, MPI.BYTE]), buffer, status.Get_source()))
+            self._events += 1
+        still_waiting = []
+        for request, buffer, source in self._pending_recvs:
+            if request.Test():
+                self._accept(source, buffer)
+                self._events += 1
+            else:
+                still_waiting.append((request, buffer, source))
+        self._pending_recvs = still_waiting
+        sends = self.traffic.pending_sends
+        if sends and MPI.Request.Testall([request for request, _ in sends]):
+            self.traffic.pending_sends = []
+            self._events += 1
+        return (
+            self._next_send == len(self._sends)
+            and not self.traffic.pending_sends
+            and not self._pending_recvs
+            and not self._incoming
+            and not any(self._expected.values())
+        )
+
+    def _accept(self, source: int, buffer: np.ndarray) -> None:
+        incoming = self._incoming.get(source)
+        if incoming is None:
+            incoming = self._start_sample(source, buffer)
+        else:
+            incoming.chunks.append(buffer)
+            incoming.remaining_bytes -= len(buffer)
+        if incoming.remaining_bytes < 0:
+            raise ExchangeError(
+                f"rank {self.rank} got more bytes than announced for sample "
+                f"{incoming.meta.sample_id} from rank {source}"
+            )
+        if incoming.remaining_bytes == 0:
+            self._incoming.pop(source, None)
+            data = b"".join(chunk.tobytes() for chunk in incoming.chunks)
+            self.store.add(incoming.meta, data, sync_dir=False)
+            self.traffic.received += 1
+            self.traffic.received_bytes += len(data)
+
+    def _start_sample(self, source: int, buffer: np.ndarray) -> _Incoming:
+        expected = self._expected.get(source)
+        if not expected:
+            raise ExchangeError(
+                f"rank {self.rank} received an unplanned sample from rank {source}; the ranks "
+                "disagree on the plan (different seed, q, dataset or worker count?)"
+            )
+        sample_id, label, total_bytes, relpath_bytes = HEADER.unpack_from(buffer)
+        want = expected.popleft()
+        if sample_id != want:
+            raise ExchangeError(
+                f"rank {self.rank} expected sample {want} from rank {source} but got {sample_id}; "
+                "the ranks disagree on the plan (different seed, q, dataset or worker count?)"
+            )
+        body_start = HEADER.size + relpath_bytes
+        relpath = buffer[HEADER.size : body_start].tobytes().decode()
+        first = buffer[body_start:]
+        incoming = _Incoming(SampleMeta(sample_id, relpath, label), [first], total_bytes - len(first))
+        self._incoming[source] = incoming
+        return incoming
+
+    def _stall_report(self) -> str:
+        missing = {src: list(ids)[:5] for src, ids in self._expected.items() if ids}
+        return (
+            f"rank {self.rank}: no exchange progress for {self.timeout_s:.0f} s in epoch "
+            f"{self.plan.epoch}; still expecting samples from ranks {missing} (first ids shown), "
+            f"{len(self.traffic.pending_sends)} send messages unfinished. A peer has likely died "
+            "or hung; check its log"
+        )

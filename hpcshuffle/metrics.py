@@ -1,0 +1,87 @@
+"""The epoch breakdown: per-rank phase timers and sample counters, reduced once per epoch.
+
+Phases follow Fig. 10 of Nguyen et al.: `io` (waiting for the next batch), `exchange` (sample
+exchange calls outside overlap, plus the final synchronize), `fwbw` (forward + backward),
+`allreduce` (gradient allreduce + weight update) and the whole `epoch`.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+PHASES = ("io", "exchange", "fwbw", "allreduce", "epoch")
+COUNTERS = ("read_local", "read_shared", "sent", "received", "store_peak")
+
+
+@dataclass
+class RankEpoch:
+    """What one rank measured during one epoch (raw, not reduced)."""
+
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
+    samples: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
+    loss_sum: float = 0.0
+    iterations: int = 0
+
+    @contextmanager
+    def phase(self, name: str, sync=None) -> Iterator[None]:
+        """Time a block into `seconds[name]`; `sync` (e.g. torch.cuda.synchronize) runs at both ends."""
+        if sync:
+            sync()
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            if sync:
+                sync()
+            self.seconds[name] += time.perf_counter() - start
+
+
+def reduce_epoch(rows: list[RankEpoch]) -> dict:
+    """min / mean / max over ranks of every phase, and counters summed over ranks."""
+    time_stats = {}
+    for phase in PHASES:
+        values = [row.seconds[phase] for row in rows]
+        time_stats[phase] = {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
+    samples = {name: sum(row.samples[name] for row in rows) for name in COUNTERS}
+    samples["store_peak_rank_max"] = max(row.samples["store_peak"] for row in rows)
+    iterations = sum(row.iterations for row in rows)
+    return {
+        "time": time_stats,
+        "samples": samples,
+        "train_loss": sum(row.loss_sum for row in rows) / max(iterations, 1),
+    }
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    with open(path, "a") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def read_jsonl(path: Path) -> list[dict]:
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+TABLE_HEADER = (
+    f"{'epoch':>5} {'io':>8} {'exchange':>9} {'fwbw':>8} {'allreduce':>9} {'epoch_s':>8} "
+    f"{'loss':>7} {'val_top1':>8} {'sent':>7} {'recv':>7} {'shared':>7}"
+)
+
+
+def table_row(record: dict) -> str:
+    """One line of the per-epoch breakdown (mean over ranks; epoch time is the slowest rank's)."""
+    seconds = record["time"]
+    samples = record["samples"]
+    return (
+        f"{record['epoch']:>5} {seconds['io']['mean']:>8.2f} {seconds['exchange']['mean']:>9.2f} "
+        f"{seconds['fwbw']['mean']:>8.2f} {seconds['allreduce']['mean']:>9.2f} "
+        f"{seconds['epoch']['max']:>8.2f} {record['train_loss']:>7.3f} {record['val_top1']:>8.2f} "
+        f"{samples['sent']:>7} {samples['received']:>7} {samples['read_shared']:>7}"
+    )
+
+
+__all__ = ["COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "read_jsonl", "reduce_epoch", "table_row"]

@@ -1,0 +1,180 @@
+"""What every planner shares: the plan's data types, the initial partition and the local order.
+
+A plan is a pure function of (num_samples, num_ranks, q, batch_size, seed, epoch) and of the
+partition the ranks held at the start of the epoch. Every rank computes the same plan, so the
+node-local stores are only caches of what the plan says a rank holds.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+# Sub-streams of the per-(seed, epoch) random generator, so that adding a draw in one place
+# never changes the numbers drawn in another.
+STREAM_PARTITION = 0
+STREAM_ORDER = 1
+STREAM_PICK = 2
+STREAM_DEST = 3
+
+
+@dataclass(frozen=True)
+class PlanSpec:
+    """The inputs every rank must agree on.
+
+    Args:
+        num_samples: N, samples in the training set (ids 0..N-1).
+        num_ranks: M, data-parallel workers.
+        batch_size: b, samples per rank per iteration.
+        q: fraction of a rank's partition exchanged per epoch (partial shuffling only).
+        seed: the shared seed; the same seed gives the same plan on every rank and run.
+    """
+
+    num_samples: int
+    num_ranks: int
+    batch_size: int
+    q: float = 0.0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        if self.num_ranks < 1:
+            raise ValueError(f"workers must be >= 1, got {self.num_ranks}")
+        if self.num_samples < self.num_ranks:
+            raise ValueError(
+                f"more workers ({self.num_ranks}) than samples ({self.num_samples}): "
+                "every worker needs at least one sample; use fewer workers or more data"
+            )
+        if not 0.0 <= self.q <= 1.0:
+            raise ValueError(f"q must be in [0, 1], got {self.q}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        if self.batch_size > self.min_share:
+            raise ValueError(
+                f"batch size {self.batch_size} is larger than a worker's share "
+                f"⌊N/M⌋ = ⌊{self.num_samples}/{self.num_ranks}⌋ = {self.min_share}; "
+                "lower the batch size or use fewer workers"
+            )
+
+    @property
+    def min_share(self) -> int:
+        """⌊N/M⌋: the smallest partition a rank holds."""
+        return self.num_samples // self.num_ranks
+
+    @property
+    def max_share(self) -> int:
+        """⌈N/M⌉: the largest partition; every rank trains on this many samples per epoch."""
+        return -(-self.num_samples // self.num_ranks)
+
+    @property
+    def iterations(self) -> int:
+        """I: iterations per epoch, the same on every rank (the last batch may be short)."""
+        return -(-self.max_share // self.batch_size)
+
+    def batch_bounds(self, iteration: int) -> tuple[int, int]:
+        """Positions [start, stop) of `iteration`'s batch in a rank's epoch order."""
+        start = iteration * self.batch_size
+        return start, min(start + self.batch_size, self.max_share)
+
+
+@dataclass(frozen=True)
+class Exchange:
+    """The sample moves of one epoch (Algorithm 1), one row per moved sample.
+
+    Slot i is one permutation of the ranks: each rank sends one sample and receives one, except
+    a rank drawn as its own destination, which keeps its sample (that row is left out). So every
+    rank sends as many samples as it receives, at most `slots`. Arrays have shape (moves,), int64.
+    """
+
+    slots: int
+    slot: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    sample_id: np.ndarray
+    iteration: np.ndarray  # iteration during which the move is posted, ≈ q·b moves per iteration
+
+    def sends_of(self, rank: int) -> np.ndarray:
+        """Row indices of the moves `rank` sends, in slot order."""
+        return np.flatnonzero(self.src == rank)
+
+    def receives_of(self, rank: int) -> np.ndarray:
+        """Row indices of the moves `rank` receives, in slot order."""
+        return np.flatnonzero(self.dst == rank)
+
+
+@dataclass(frozen=True)
+class EpochPlan:
+    """Who holds, trains on, sends and receives what during one epoch.
+
+    Attributes:
+        epoch: the epoch number, from 0.
+        held: per rank, the sorted ids in its node-local store at the epoch's start
+            (empty for global shuffling, which reads shared storage).
+        order: per rank, the ids it trains on, in order; all of length ⌈N/M⌉.
+        exchange: the moves carried out during this epoch (None if nothing moves).
+        reads_shared: per rank, samples read from shared storage during the epoch.
+    """
+
+    spec: PlanSpec
+    epoch: int
+    held: list[np.ndarray]
+    order: list[np.ndarray]
+    exchange: Exchange | None = None
+    reads_shared: list[int] = field(default_factory=list)
+
+    def next_held(self) -> list[np.ndarray]:
+        """The partition at the next epoch's start: held − sent + received."""
+        if self.exchange is None:
+            return self.held
+        moves = self.exchange
+        result = []
+        for rank, ids in enumerate(self.held):
+            sent = moves.sample_id[moves.src == rank]
+            received = moves.sample_id[moves.dst == rank]
+            result.append(np.sort(np.concatenate([np.setdiff1d(ids, sent), received])))
+        return result
+
+    def store_peak(self) -> list[int]:
+        """Per rank, the most samples in its store during the epoch (received before sent are deleted)."""
+        received = [0] * self.spec.num_ranks
+        if self.exchange is not None:
+            received = np.bincount(self.exchange.dst, minlength=self.spec.num_ranks).tolist()
+        return [len(ids) + extra for ids, extra in zip(self.held, received)]
+
+    def sent_counts(self) -> list[int]:
+        if self.exchange is None:
+            return [0] * self.spec.num_ranks
+        return np.bincount(self.exchange.src, minlength=self.spec.num_ranks).tolist()
+
+    def received_counts(self) -> list[int]:
+        if self.exchange is None:
+            return [0] * self.spec.num_ranks
+        return np.bincount(self.exchange.dst, minlength=self.spec.num_ranks).tolist()
+
+
+def epoch_rng(seed: int, epoch: int, stream: int) -> np.random.Generator:
+    """The generator for one (seed, epoch, purpose); independent of every other draw."""
+    return np.random.default_rng([seed, epoch, stream])
+
+
+def initial_partition(spec: PlanSpec) -> list[np.ndarray]:
+    """Split a seeded permutation of 0..N-1 into M sorted parts whose sizes differ by at most 1."""
+    permutation = epoch_rng(spec.seed, 0, STREAM_PARTITION).permutation(spec.num_samples)
+    return [np.sort(part) for part in np.array_split(permutation, spec.num_ranks)]
+
+
+def pad_to(ids: np.ndarray, length: int) -> np.ndarray:
+    """Repeat the first ids so that every rank runs the same number of iterations.
+
+    A rank holding ⌊N/M⌋ samples trains one of them twice; no sample is skipped.
+    """
+    if len(ids) == 0:
+        raise ValueError("cannot pad an empty order")
+    repeats = -(-length // len(ids))
+    return np.tile(ids, repeats)[:length]
+
+
+def local_orders(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> list[np.ndarray]:
+    """Each rank's shuffle of what it holds, padded to ⌈N/M⌉."""
+    rng = epoch_rng(spec.seed, epoch, STREAM_ORDER)
+    return [pad_to(rng.permutation(ids), spec.max_share) for ids in held]

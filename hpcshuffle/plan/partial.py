@@ -1,0 +1,75 @@
+"""Partial local shuffling (PLS): every epoch each rank sends a fraction q of its partition away.
+
+Algorithm 1 of Nguyen et al. (2022): rank r draws a random permutation p of its samples and
+moves p[0..k) out, k = ⌊q·⌊N/M⌋⌋. For move slot i all ranks draw the same permutation `dest`
+of the ranks from the shared seed and rank r sends p[i] to dest[r], so every slot sends and
+receives exactly one sample per rank: the exchange is balanced and partition sizes never change.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from hpcshuffle.plan.common import (
+    STREAM_DEST,
+    STREAM_PICK,
+    EpochPlan,
+    Exchange,
+    PlanSpec,
+    epoch_rng,
+    local_orders,
+)
+
+
+def moves_per_rank(spec: PlanSpec) -> int:
+    """k = ⌊q·⌊N/M⌋⌋, the same for every rank.
+
+    Rounding down (not to nearest) keeps the peak store ⌈N/M⌉ + k within ⌈(1+q)·N/M⌉; the
+    epsilon absorbs float error such as 0.7 * 10 = 7.000000000000001 or 0.3 * 10 = 2.9999….
+    """
+    return int(np.floor(spec.q * spec.min_share + 1e-9))
+
+
+def plan_exchange(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> Exchange:
+    slots = moves_per_rank(spec)
+    ranks = spec.num_ranks
+    pick_rng = epoch_rng(spec.seed, epoch, STREAM_PICK)
+    # picked[r, i]: the sample rank r sends in slot i
+    picked = np.stack([pick_rng.permutation(ids)[:slots] for ids in held]) if slots else np.empty((ranks, 0), np.int64)
+    # dest[i, r]: where rank r sends in slot i; one permutation of the ranks per slot
+    dest = epoch_rng(spec.seed, epoch, STREAM_DEST).permuted(
+        np.tile(np.arange(ranks), (slots, 1)), axis=1
+    )
+    slot = np.repeat(np.arange(slots), ranks)
+    src = np.tile(np.arange(ranks), slots)
+    dst = dest.reshape(-1)
+    sample_id = picked.T.reshape(-1)
+    # spread the slots evenly over the I iterations: ≈ k/I = q·b moves per iteration
+    iteration = (slot * spec.iterations) // max(slots, 1)
+    # a rank drawn as its own destination keeps the sample: no message, nothing to delete.
+    # Dropping fixed points of a permutation keeps sends == receives on every rank.
+    moved = src != dst
+    return Exchange(
+        slots=slots,
+        slot=slot[moved],
+        src=src[moved],
+        dst=dst[moved],
+        sample_id=sample_id[moved],
+        iteration=iteration[moved],
+    )
+
+
+def plan_partial(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochPlan:
+    """Train on `held` locally shuffled while q·⌊N/M⌋ samples per rank move for the next epoch.
+
+    With q = 0 this is exactly `plan_local` (same orders, no exchange).
+    """
+    exchange = plan_exchange(spec, held, epoch)
+    return EpochPlan(
+        spec=spec,
+        epoch=epoch,
+        held=held,
+        order=local_orders(spec, held, epoch),
+        exchange=exchange if exchange.slots else None,
+        reads_shared=[0] * spec.num_ranks,
+    )

@@ -1,0 +1,206 @@
+"""The node-local sample store: one directory per rank, one file per sample, one manifest.
+
+Layout::
+
+    <root>/samples/<sample_id:09d><suffix>   the sample's bytes, exactly as in the dataset
+    <root>/manifest.json                     {"epoch", "plan_key", "samples": {id: [relpath, label]}}
+    <root>/.lock                             held (flock) while a process owns the store
+
+Every write is atomic: the bytes go to a temporary name, are fsynced, then renamed over the
+final name, and the directory is fsynced. The manifest is rewritten (atomically) only at
+`commit`, once per epoch boundary; between commits the sample files are the truth and the
+manifest says what the store held at the last committed boundary.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+MANIFEST = "manifest.json"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be used as asked (locked by another job, out of sync with the plan...)."""
+
+
+@dataclass(frozen=True)
+class SampleMeta:
+    """What the store keeps about a sample besides its bytes."""
+
+    sample_id: int
+    relpath: str  # path inside the dataset root, e.g. "train/class_003/000123.jpg"
+    label: int
+
+
+@dataclass(frozen=True)
+class StoreDiff:
+    """How a store differs from what a plan says it should hold."""
+
+    missing: list[int]
+    extra: list[int]
+
+    @property
+    def clean(self) -> bool:
+        return not self.missing and not self.extra
+
+
+def sample_path(store_root: Path, sample_id: int, relpath: str) -> Path:
+    """Where a store keeps a sample: its id, zero-padded, with the original file's suffix."""
+    return store_root / "samples" / f"{sample_id:09d}{Path(relpath).suffix}"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write(path: Path, data: bytes, *, sync_dir: bool = True) -> None:
+    """Write `data` to `path` so that a crash leaves either the old file or the new one."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    with open(tmp, "wb") as out:
+        out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(tmp, path)
+    if sync_dir:
+        _fsync_dir(path.parent)
+
+
+class Store:
+    """A rank's node-local store.
+
+    Args:
+        root: the rank's own directory (ranks on one node must use different roots).
+    """
+
+    def __init__(self, root: str | os.PathLike) -> None:
+        self.root = Path(root)
+        self.samples_dir = self.root / "samples"
+        self.samples_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = open(self.root / ".lock", "w")
+        try:
+            fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            self._lock.close()
+            raise StoreError(
+                f"store {self.root} is in use by another process; give each concurrent job "
+                "its own storage.local_dir"
+            ) from None
+        self.epoch, self.plan_key, self._meta = self._load_manifest()
+        self._sweep_temporaries()
+        self._reconcile_with_files()
+
+    # -- reading -------------------------------------------------------------------------
+
+    def ids(self) -> set[int]:
+        return set(self._meta)
+
+    def __len__(self) -> int:
+        return len(self._meta)
+
+    def __contains__(self, sample_id: int) -> bool:
+        return sample_id in self._meta
+
+    def meta(self, sample_id: int) -> SampleMeta:
+        return self._meta[sample_id]
+
+    def path(self, sample_id: int) -> Path:
+        return sample_path(self.root, sample_id, self._meta[sample_id].relpath)
+
+    def read_bytes(self, sample_id: int) -> bytes:
+        return self.path(sample_id).read_bytes()
+
+    def verify(self, expected_ids) -> StoreDiff:
+        """Compare the store with the ids a plan says it holds."""
+        expected = {int(i) for i in expected_ids}
+        held = self.ids()
+        return StoreDiff(missing=sorted(expected - held), extra=sorted(held - expected))
+
+    # -- writing -------------------------------------------------------------------------
+
+    def add(self, meta: SampleMeta, data: bytes, *, sync_dir: bool = True) -> None:
+        """Store one sample durably (fsynced); pass sync_dir=False in a batch, then call `sync`."""
+        self._meta[meta.sample_id] = meta
+        atomic_write(self.path(meta.sample_id), data, sync_dir=sync_dir)
+
+    def remove(self, sample_id: int) -> None:
+        path = self.path(sample_id)
+        del self._meta[sample_id]
+        path.unlink(missing_ok=True)
+
+    def adopt(self, meta: SampleMeta) -> None:
+        """Take an uncommitted file (see `orphans`) back into the store with its metadata."""
+        path = self.orphans.pop(meta.sample_id)
+        self._meta[meta.sample_id] = meta
+        path.rename(self.path(meta.sample_id))
+
+    def discard_orphans(self) -> None:
+        for path in self.orphans.values():
+            path.unlink(missing_ok=True)
+        self.orphans = {}
+
+    def sync(self) -> None:
+        """Make renames and unlinks of the samples directory durable."""
+        _fsync_dir(self.samples_dir)
+
+    def commit(self, epoch: int, plan_key: str) -> None:
+        """Record durably that the store now holds what `plan_key`'s plan says for `epoch`."""
+        self.sync()
+        self.epoch, self.plan_key = epoch, plan_key
+        manifest = {
+            "epoch": epoch,
+            "plan_key": plan_key,
+            "samples": {str(i): [m.relpath, m.label] for i, m in sorted(self._meta.items())},
+        }
+        atomic_write(self.root / MANIFEST, json.dumps(manifest).encode())
+
+    def close(self) -> None:
+        if not self._lock.closed:
+            fcntl.flock(self._lock, fcntl.LOCK_UN)
+            self._lock.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- opening -------------------------------------------------------------------------
+
+    def _load_manifest(self) -> tuple[int | None, str | None, dict[int, SampleMeta]]:
+        path = self.root / MANIFEST
+        if not path.exists():
+            return None, None, {}
+        try:
+            manifest = json.loads(path.read_text())
+            samples = {
+                int(key): SampleMeta(int(key), relpath, int(label))
+                for key, (relpath, label) in manifest["samples"].items()
+            }
+        except (ValueError, KeyError, TypeError) as err:
+            raise StoreError(
+                f"manifest {path} is unreadable ({err}); delete {self.root} to restage it"
+            ) from err
+        return manifest["epoch"], manifest["plan_key"], samples
+
+    def _sweep_temporaries(self) -> None:
+        for tmp in self.samples_dir.glob(".*.tmp*"):
+            tmp.unlink()
+
+    def _reconcile_with_files(self) -> None:
+        """Forget manifest entries whose file is gone; set aside files that have no entry.
+
+        A file without an entry was received after the last commit. It is never deleted here:
+        its sender may already have deleted its copy. `adopt` or `discard_orphans` decide.
+        """
+        on_disk = {int(p.name[:9]): p for p in self.samples_dir.iterdir() if p.name[:9].isdigit()}
+        for sample_id in [i for i in self._meta if i not in on_disk]:
+            del self._meta[sample_id]
+        self.orphans = {i: path for i, path in on_disk.items() if i not in self._meta}

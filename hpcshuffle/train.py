@@ -1,0 +1,324 @@
+"""`python -m hpcshuffle.train <overrides>`: data-parallel training over a shuffling plan.
+
+One process per rank (mpiexec / srun). Every rank computes the same plan; local and partial
+shuffling train from the node-local store, partial shuffling exchanges samples over MPI during
+the epoch, global shuffling reads the shared dataset. Gradients are averaged with
+torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the allreduce is timed on its own.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+import hydra
+import torch
+import torch.distributed as dist
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+from torch import nn
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from tqdm import tqdm
+
+from hpcshuffle import models
+from hpcshuffle.config import RunConfig, resolved_yaml
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.exchange import ExchangeError, Scheduler
+from hpcshuffle.formats.imagefolder import Catalog, DatasetError, scan
+from hpcshuffle.formats.synthetic import synth_imagefolder
+from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
+from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
+from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.stage import reconcile
+from hpcshuffle.store import Store, StoreError
+from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_root
+
+USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
+
+
+def say(world: World, message: str) -> None:
+    if world.is_root:
+        print(message, flush=True)
+
+
+# -- setup -------------------------------------------------------------------------------
+
+
+def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
+    """Synthesize the default dataset if asked and missing; rank 0 lists it, all ranks get the lists."""
+
+    def listing() -> tuple[Catalog, Catalog]:
+        if config.synthesize is not None:
+            ensure_synthetic(config.dataset_root, config.synthesize, config.seed, config.progress)
+        train = scan(config.dataset_root, "train")
+        return train, scan(config.dataset_root, "val", classes=train.classes)
+
+    train, val = on_root(world, listing, DatasetError, ValueError, OSError)
+    missing = None if config.dataset_root.is_dir() else f"dataset.root {config.dataset_root} is not readable here"
+    agree(world, missing)
+    return train, val
+
+
+def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
+    marker = root / ".synthetic.json"
+    wanted = {"samples": synth.samples, "classes": synth.classes, "size": synth.size, "seed": seed}
+    if marker.exists():
+        found = json.loads(marker.read_text())
+        if found != wanted:
+            raise DatasetError(
+                f"{root} holds a synthetic dataset made with {found}, not {wanted}; "
+                "delete it or point dataset.root elsewhere"
+            )
+        return
+    if root.exists() and any(root.iterdir()):
+        raise DatasetError(f"{root} exists but is not a complete synthetic dataset; delete it or change dataset.root")
+    synth_imagefolder(root, synth.samples, synth.classes, image_size=synth.size, seed=seed, progress=progress)
+    marker.write_text(json.dumps(wanted))
+
+
+def open_store(world: World, config: RunConfig, plan: EpochPlan, catalog: Catalog, plan_key: str) -> Store:
+    """Open this rank's store and make it hold exactly the epoch-0 partition."""
+    store, problem = None, None
+    try:
+        store = Store(config.local_dir / f"rank{world.rank:05d}")
+    except (StoreError, OSError) as err:
+        problem = str(err)
+    agree(world, problem)
+    started = time.perf_counter()
+    report = reconcile(store, plan.held[world.rank], catalog, progress=config.progress and world.is_root)
+    store.commit(plan.epoch, plan_key)
+    copied = world.comm.reduce(report.copied, root=0)
+    copied_bytes = world.comm.reduce(report.copied_bytes, root=0)
+    if world.is_root:
+        say(world, f"staged {copied} samples ({copied_bytes / 2**20:.1f} MiB) into {config.local_dir} "
+                   f"in {time.perf_counter() - started:.1f} s")
+    return store
+
+
+def average_gradients(model: nn.Module, world_size: int) -> None:
+    grads = [p.grad for p in model.parameters() if p.grad is not None]
+    flat = _flatten_dense_tensors(grads)
+    dist.all_reduce(flat)
+    flat /= world_size
+    for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads)):
+        grad.copy_(averaged)
+
+
+def average_buffers(model: nn.Module, world_size: int) -> None:
+    """Average BatchNorm running statistics so every rank validates the same model."""
+    for buffer in model.buffers():
+        if buffer.is_floating_point():
+            dist.all_reduce(buffer)
+            buffer /= world_size
+
+
+# -- the loop ----------------------------------------------------------------------------
+
+
+class Trainer:
+    def __init__(self, world: World, config: RunConfig, run_dir: Path) -> None:
+        self.world, self.config, self.run_dir = world, config, run_dir
+        self.device = torch.device(config.device)
+        if config.device == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("device=cuda but no GPU is visible; use device=cpu", collective=True)
+        torch.set_num_threads(config.threads)
+        torch.manual_seed(config.seed)
+        self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None
+
+        self.train_catalog, self.val_catalog = prepare_dataset(world, config)
+        try:
+            self.spec = PlanSpec(len(self.train_catalog), world.size, config.batch_size, config.q, config.seed)
+        except ValueError as err:
+            raise ConfigError(str(err), collective=True) from err
+        self.plan_key = config_digest(
+            f"{self.train_catalog.fingerprint()} {self.spec} {config.shuffle}"
+        )
+        self.plans = plan_epochs(self.spec, config.shuffle, config.epochs)
+        self.first_plan = next(self.plans)
+
+        self.store = None
+        if config.shuffle != "global":
+            self.store = open_store(world, config, self.first_plan, self.train_catalog, self.plan_key)
+        self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store else None
+
+        init_torch_distributed(world, "nccl" if self.device.type == "cuda" else "gloo")
+        self.model = models.build(config.model, num_classes=len(self.train_catalog.classes)).to(self.device)
+        for tensor in list(self.model.parameters()) + list(self.model.buffers()):
+            dist.broadcast(tensor.data, src=0)
+        self.optimizer = torch.optim.SGD(
+            self.model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
+        )
+        self.loss_fn = nn.CrossEntropyLoss()
+
+        store_root = self.store.root if self.store else None
+        self.order = EpochOrder()
+        self.train_loader = make_loader(
+            ImageSamples(self.train_catalog, store_root, train=True), self.order, config.batch_size, config.loader_workers
+        )
+        val_order = EpochOrder()
+        val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
+        self.val_loader = make_loader(
+            ImageSamples(self.val_catalog, None, train=False), val_order, 2 * config.batch_size, config.loader_workers
+        )
+
+    def run(self) -> None:
+        config, world = self.config, self.world
+        say(world, f"{config.shuffle} shuffling (q={config.q}), {world.size} ranks, N={self.spec.num_samples}, "
+                    f"b={config.batch_size}, {self.spec.iterations} iterations/epoch -> {self.run_dir}")
+        say(world, TABLE_HEADER)
+        plan = self.first_plan
+        for epoch in range(config.epochs):
+            if epoch > 0:
+                plan = next(self.plans)
+            row, trained, held = self.train_epoch(plan)
+            val_top1 = self.validate()
+            self.record(plan, row, trained, held, val_top1)
+
+    def train_epoch(self, plan: EpochPlan) -> tuple[RankEpoch, list[int], list[int]]:
+        rank, row = self.world.rank, RankEpoch()
+        held = sorted(self.store.ids()) if self.store else []
+        self.order.set_order(plan.order[rank])
+        self.model.train()
+        trained: list[int] = []
+        with row.phase("epoch", self.sync):
+            if self.scheduler:
+                with row.phase("exchange"):
+                    self.scheduler.scheduling(plan)
+            batches = iter(self.train_loader)
+            progress = tqdm(range(self.spec.iterations), desc=f"epoch {plan.epoch}", leave=False,
+                            disable=not (self.config.progress and self.world.is_root))
+            for iteration in progress:
+                with row.phase("io"):
+                    images, labels, sample_ids = next(batches)
+                if self.scheduler:
+                    # overlap: post this iteration's q·b sends before FW so they progress during FW/BW
+                    with row.phase("exchange"):
+                        self.scheduler.communicate(iteration)
+                with row.phase("fwbw", self.sync):
+                    images = images.to(self.device, non_blocking=True)
+                    labels = labels.to(self.device, non_blocking=True)
+                    loss = self.loss_fn(self.model(images), labels)
+                    self.optimizer.zero_grad(set_to_none=True)
+                    loss.backward()
+                with row.phase("allreduce", self.sync):
+                    average_gradients(self.model, self.world.size)
+                    self.optimizer.step()
+                row.loss_sum += loss.item()
+                row.iterations += 1
+                trained += sample_ids.tolist()
+            if self.scheduler:
+                with row.phase("exchange"):
+                    self.scheduler.synchronize()
+                    row.samples["store_peak"] = len(self.store)
+                    self.scheduler.clean_local_storage()
+        local = self.store is not None
+        row.samples["read_local" if local else "read_shared"] = len(trained)
+        if self.scheduler:
+            row.samples["sent"] = self.scheduler.traffic.sent
+            row.samples["received"] = self.scheduler.traffic.received
+        elif local:
+            row.samples["store_peak"] = len(self.store)
+        return row, trained, held
+
+    @torch.no_grad()
+    def validate(self) -> float:
+        average_buffers(self.model, self.world.size)
+        self.model.eval()
+        counts = torch.zeros(2, dtype=torch.float64)
+        for images, labels, _ in self.val_loader:
+            predicted = self.model(images.to(self.device)).argmax(dim=1).cpu()
+            counts += torch.tensor([(predicted == labels).sum().item(), len(labels)], dtype=torch.float64)
+        dist.all_reduce(counts)
+        return 100.0 * counts[0].item() / max(counts[1].item(), 1.0)
+
+    def record(self, plan: EpochPlan, row: RankEpoch, trained: list[int], held: list[int], val_top1: float) -> None:
+        rows = self.world.comm.gather(row, root=0)
+        audits = self.world.comm.gather((held, trained), root=0) if self.config.audit else None
+        if not self.world.is_root:
+            return
+        record = {
+            "epoch": plan.epoch,
+            "shuffle": self.config.shuffle,
+            "q": self.config.q,
+            "workers": self.world.size,
+            "batch_size": self.config.batch_size,
+            "num_samples": self.spec.num_samples,
+            "iterations": self.spec.iterations,
+            "val_top1": val_top1,
+            **reduce_epoch(rows),
+        }
+        append_jsonl(self.run_dir / "metrics.jsonl", record)
+        if audits is not None:
+            for rank, (held_ids, trained_ids) in enumerate(audits):
+                append_jsonl(
+                    self.run_dir / "audit.jsonl",
+                    {"epoch": plan.epoch, "rank": rank, "held": held_ids, "trained": trained_ids},
+                )
+        print(table_row(record), flush=True)
+
+    def close(self) -> None:
+        if self.store:
+            self.store.close()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+# -- entry points ------------------------------------------------------------------------
+
+
+def fail(world: World, err: BaseException) -> None:
+    """Report an error and end this rank without leaving the others hanging."""
+    collective = getattr(err, "collective", False)
+    if isinstance(err, USER_ERRORS):
+        if world.is_root or not collective:
+            where = "" if collective else f" on rank {world.rank}"
+            print(f"hpcshuffle: error{where}: {err}", file=sys.stderr, flush=True)
+        code = 2
+    else:
+        traceback.print_exc()
+        code = 1
+    if world.size > 1 and not collective:
+        world.comm.Abort(code)  # the other ranks may be waiting in a collective: end them too
+    sys.exit(code)
+
+
+def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
+    # compare configs first: every later check then fails on all ranks alike or on none
+    yaml_text = resolved_yaml(cfg)
+    check_same(world, "the resolved config", config_digest(yaml_text))
+    try:
+        config = RunConfig.from_hydra(cfg)
+    except ConfigError as err:
+        raise ConfigError(str(err), collective=True) from err
+    if world.is_root:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml_text)
+    trainer = Trainer(world, config, run_dir)
+    try:
+        trainer.run()
+    finally:
+        trainer.close()
+
+
+@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+def hydra_main(cfg: DictConfig) -> None:
+    world = discover()
+    try:
+        run(cfg, world, Path(HydraConfig.get().runtime.output_dir))
+    except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - every failure must end all ranks
+        fail(world, err)
+
+
+def main() -> None:
+    world = discover()
+    # every rank must name the run directory alike: rank 0's clock decides
+    run_id = world.comm.bcast(time.strftime("%Y-%m-%d_%H-%M-%S") if world.is_root else None, root=0)
+    OmegaConf.register_new_resolver("run_id", lambda: run_id, replace=True)
+    hydra_main()
+
+
+if __name__ == "__main__":
+    main()

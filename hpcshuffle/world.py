@@ -1,0 +1,124 @@
+"""Who am I in the job: rank and world size from MPI, torch.distributed set up from them.
+
+mpi4py's COMM_WORLD is the source of truth, so the same code runs under `mpiexec`, under
+`srun --mpi=pmi2` and as a single process (an MPI singleton).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TypeVar
+
+from mpi4py import MPI
+
+from hpcshuffle.errors import ConfigError
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+    local_rank: int  # rank among the processes on this node
+    local_size: int
+    hostname: str
+    comm: MPI.Comm  # for small metadata only (pickle-based calls); payloads go through exchange.py
+
+    @property
+    def is_root(self) -> bool:
+        return self.rank == 0
+
+
+def discover() -> World:
+    comm = MPI.COMM_WORLD
+    node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
+    world = World(
+        rank=comm.Get_rank(),
+        size=comm.Get_size(),
+        local_rank=node.Get_rank(),
+        local_size=node.Get_size(),
+        hostname=socket.gethostname(),
+        comm=comm,
+    )
+    node.Free()
+    return world
+
+
+def agree(world: World, problem: str | None) -> None:
+    """Collective: raise the same ConfigError on every rank if any rank found a problem.
+
+    Use it for checks whose outcome may differ between ranks (a path missing on one node), so
+    that no rank walks into a collective the others have left.
+    """
+    problems = world.comm.allgather(problem)
+    found = [(rank, text) for rank, text in enumerate(problems) if text]
+    if found:
+        rank, text = found[0]
+        where = "" if len(found) == world.size else f" (on rank {rank}; {len(found)} of {world.size} ranks)"
+        raise ConfigError(f"{text}{where}", collective=True)
+
+
+def on_root(world: World, make: Callable[[], T], *errors: type[Exception]) -> T:
+    """Collective: rank 0 computes `make()` and every rank gets the result, or the same error.
+
+    `errors` are the exception types that mean bad input; anything else is a bug and propagates.
+    """
+    result, problem = None, None
+    if world.is_root:
+        try:
+            result = make()
+        except errors as err:
+            problem = str(err)
+    agree(world, problem)
+    return world.comm.bcast(result, root=0)
+
+
+def check_same(world: World, what: str, value: str) -> None:
+    """Collective: fail on every rank unless all ranks pass the same `value` (e.g. a config hash)."""
+    values = world.comm.allgather(value)
+    if len(set(values)) > 1:
+        groups: dict[str, list[int]] = {}
+        for rank, seen in enumerate(values):
+            groups.setdefault(seen, []).append(rank)
+        listing = "; ".join(f"ranks {ranks}: {seen}" for seen, ranks in groups.items())
+        raise ConfigError(
+            f"ranks disagree on {what} ({listing}); launch every rank with the same "
+            "overrides and seed",
+            collective=True,
+        )
+
+
+def config_digest(text: str) -> str:
+    return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
+
+
+def init_torch_distributed(world: World, backend: str, timeout_s: float = 600) -> None:
+    """Start torch.distributed with rank/size from MPI and a fresh TCP rendezvous.
+
+    Rank 0 picks a free port and broadcasts it with its address: no fixed port, no init file.
+    """
+    import torch.distributed as dist
+
+    if world.is_root:
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+            probe.bind(("", 0))
+            port = probe.getsockname()[1]
+        address = world.hostname
+    else:
+        port, address = None, None
+    port, address = world.comm.bcast((port, address), root=0)
+    single_node = len(set(world.comm.allgather(world.hostname))) == 1
+    if single_node:
+        address = "127.0.0.1"
+    dist.init_process_group(
+        backend=backend,
+        init_method=f"tcp://{address}:{port}",
+        rank=world.rank,
+        world_size=world.size,
+        timeout=timedelta(seconds=timeout_s),
+    )
