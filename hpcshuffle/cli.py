@@ -14,7 +14,6 @@ from hpcshuffle.plan import FIXED_Q, PLANNERS, EpochPlan, PlanSpec, plan_epochs
 
 def plan_summary(plans: list[EpochPlan]) -> str:
     spec = plans[0].spec
-    bound = -(-(1 + spec.q) * spec.num_samples // spec.num_ranks)
     lines = [
         f"N={spec.num_samples} samples, M={spec.num_ranks} workers, b={spec.batch_size}, q={spec.q}, "
         f"seed={spec.seed}: {spec.iterations} iterations/epoch, every rank trains on {spec.max_share} "
@@ -27,7 +26,7 @@ def plan_summary(plans: list[EpochPlan]) -> str:
         sent, received, peak = plan.sent_counts(), plan.received_counts(), plan.store_peak()
         lines.append(
             f"{plan.epoch:>5} {f'{min(held)}..{max(held)}':>14} {f'{min(sent)}..{max(sent)}':>12} "
-            f"{f'{min(received)}..{max(received)}':>12} {max(peak):>10} {int(bound):>6} "
+            f"{f'{min(received)}..{max(received)}':>12} {max(peak):>10} {spec.storage_bound():>6} "
             f"{sum(plan.reads_shared):>13}"
         )
     return "\n".join(lines)

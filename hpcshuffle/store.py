@@ -93,7 +93,11 @@ class Store:
                 f"store {self.root} is in use by another process; give each concurrent job "
                 "its own storage.local_dir"
             ) from None
-        self.epoch, self.plan_key, self._meta = self._load_manifest()
+        try:
+            self.epoch, self.plan_key, self._meta = self._load_manifest()
+        except StoreError:
+            self.close()
+            raise
         self._sweep_temporaries()
         self._reconcile_with_files()
 
@@ -184,11 +188,11 @@ class Store:
                 int(key): SampleMeta(int(key), relpath, int(label))
                 for key, (relpath, label) in manifest["samples"].items()
             }
+            return manifest["epoch"], manifest["plan_key"], samples
         except (ValueError, KeyError, TypeError) as err:
             raise StoreError(
-                f"manifest {path} is unreadable ({err}); delete {self.root} to restage it"
+                f"manifest {path} is unreadable ({err!r}); delete {self.root} to restage it"
             ) from err
-        return manifest["epoch"], manifest["plan_key"], samples
 
     def _sweep_temporaries(self) -> None:
         for tmp in self.samples_dir.glob(".*.tmp*"):

@@ -7,7 +7,9 @@ node-local stores are only caches of what the plan says a rank holds.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
+from fractions import Fraction
 
 import numpy as np
 
@@ -70,6 +72,10 @@ class PlanSpec:
     def iterations(self) -> int:
         """I: iterations per epoch, the same on every rank (the last batch may be short)."""
         return -(-self.max_share // self.batch_size)
+
+    def storage_bound(self) -> int:
+        """⌈(1+q)·N/M⌉, the paper's per-rank storage bound, exact for the q as written (0.1, not 0.1000…01)."""
+        return math.ceil((1 + Fraction(repr(self.q))) * Fraction(self.num_samples, self.num_ranks))
 
     def batch_bounds(self, iteration: int) -> tuple[int, int]:
         """Positions [start, stop) of `iteration`'s batch in a rank's epoch order."""

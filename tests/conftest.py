@@ -1,0 +1,52 @@
+"""Shared fixtures: a small synthetic dataset and a runner for real `mpiexec` jobs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcshuffle.formats.synthetic import synth_imagefolder
+
+REPO = Path(__file__).resolve().parents[1]
+# 211 is prime: no worker count divides it, so partitions always differ in size
+SMALL_SAMPLES = 211
+
+
+def mpi_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # mpiexec comes with the `mpich` wheel, next to this interpreter
+    env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+    env["OMP_NUM_THREADS"] = "1"
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def run_mpi(ranks: int, args: list[str], timeout_s: float = 240) -> subprocess.CompletedProcess:
+    """Run `mpiexec -n ranks python <args>`; a hang fails the test instead of blocking the suite."""
+    command = ["mpiexec", "-n", str(ranks), sys.executable, *args]
+    try:
+        return subprocess.run(
+            command, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=timeout_s
+        )
+    except subprocess.TimeoutExpired as err:
+        pytest.fail(f"{' '.join(command)} hung for {timeout_s} s:\n{err.stdout}\n{err.stderr}")
+
+
+def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str) -> list[str]:
+    return [
+        "-m", "hpcshuffle.train",
+        "dataset=imagefolder", f"dataset.root={dataset}",
+        f"hydra.run.dir={run_dir}", f"storage.local_dir={store}",
+        "batch_size=8", "epochs=3", "progress=false",
+        *overrides,
+    ]
+
+
+@pytest.fixture(scope="session")
+def small_dataset(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("data") / "small"
+    return synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=16, progress=False)

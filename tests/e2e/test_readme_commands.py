@@ -1,0 +1,37 @@
+"""The README's quick start, run as a user types it: `make demo` (and CI runs `make test`)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+
+from hpcshuffle.metrics import read_jsonl
+from tests.conftest import REPO, mpi_env
+
+pytestmark = pytest.mark.e2e
+
+
+def test_readme_quick_start_is_the_two_make_commands():
+    readme = (REPO / "README.md").read_text()
+    quick_start = readme.split("## Quick start")[1].split("\n## ")[0]
+    assert re.findall(r"^make \w+$", quick_start, flags=re.M) == ["make demo", "make test"]
+    assert "make test" in (REPO / ".ci" / "run").read_text()
+
+
+def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
+    result = subprocess.run(
+        ["make", "demo"], cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=900
+    )
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    table = result.stdout.split("== breakdown (make demo) ==")[1]
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[3:] if line.strip()}
+    assert set(rows) == {"global", "local", "partial"}
+    assert rows["local"][8] == "1.00"  # the "vs LS" column of LS itself
+    runs = {name: read_jsonl(REPO / "results" / "demo" / name / "metrics.jsonl") for name in rows}
+    assert all(len(records) == 4 for records in runs.values())
+    assert all(r["samples"]["read_shared"] == 0 for r in runs["local"] + runs["partial"])
+    assert all(r["samples"]["read_shared"] == 2048 for r in runs["global"])
+    assert all(r["samples"]["sent"] == r["samples"]["received"] > 0 for r in runs["partial"])
+    assert runs["partial"][-1]["q"] == 0.3 and runs["partial"][-1]["workers"] == 4

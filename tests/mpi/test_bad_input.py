@@ -1,0 +1,56 @@
+"""Bad input ends every rank with a message that names the problem — never a hang."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from hpcshuffle.formats.synthetic import synth_imagefolder
+from tests.conftest import run_mpi, train_args
+
+pytestmark = pytest.mark.mpi
+
+
+def fails_with(result, *fragments: str) -> None:
+    assert result.returncode != 0, result.stdout[-2000:]
+    for fragment in fragments:
+        assert fragment in result.stderr, f"{fragment!r} not in:\n{result.stderr[-3000:]}"
+    assert "Traceback" not in result.stderr, result.stderr[-3000:]
+
+
+@pytest.mark.parametrize(
+    ("overrides", "fragments"),
+    [
+        (["shuffle=partial", "shuffle.q=1.5"], ["shuffle.q must be in [0, 1], got 1.5"]),
+        (["shuffle=partial", "shuffle.q=-0.1"], ["shuffle.q must be in [0, 1], got -0.1"]),
+        (["shuffle=local", "shuffle.q=0.3"], ["shuffle=local means q=0.0", "shuffle=partial shuffle.q=0.3"]),
+        (["shuffle=partial", "batch_size=100"], ["batch size 100 is larger than a worker's share", "52"]),
+        (["dataset.root=/nonexistent/imagenet"], ["/nonexistent/imagenet/train not found", "hpcshuffle synth"]),
+    ],
+)
+def test_bad_config_is_named(small_dataset, tmp_path, overrides, fragments):
+    args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", *overrides)
+    fails_with(run_mpi(4, args, timeout_s=120), *fragments)
+
+
+def test_more_ranks_than_samples(tmp_path):
+    tiny = synth_imagefolder(tmp_path / "tiny", 4, num_classes=2, num_val_samples=2, image_size=8, progress=False)
+    args = train_args(tiny, tmp_path / "run", tmp_path / "store", "batch_size=1")
+    fails_with(run_mpi(5, args, timeout_s=120), "more workers (5) than samples (4)")
+
+
+def test_ranks_with_different_seeds_are_detected(small_dataset, tmp_path):
+    """MPMD launch: rank 0 gets seed=1, rank 1 seed=2 (as a broken job script would)."""
+    common = train_args(small_dataset, tmp_path / "run", tmp_path / "store")
+    args = [*common, "seed=1", ":", "-n", "1", sys.executable, *common, "seed=2"]
+    fails_with(run_mpi(1, args, timeout_s=120), "ranks disagree on the resolved config", "ranks [0]", "ranks [1]")
+
+
+def test_store_in_use_by_another_job(small_dataset, tmp_path):
+    """Two concurrent jobs must not share a store directory: the second is refused, the first is untouched."""
+    from hpcshuffle.store import Store
+
+    with Store(tmp_path / "store" / "rank00001"):
+        args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", "shuffle=local")
+        fails_with(run_mpi(2, args, timeout_s=120), "is in use by another process", "storage.local_dir")

@@ -1,0 +1,99 @@
+"""Real `mpiexec -n K` training runs, checked from their audit against the plan.
+
+At every epoch boundary the stores must hold each sample exactly once, every rank must train
+the same number of batches, and a rank must train on exactly what it holds.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import numpy as np
+import pytest
+
+from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.plan import PlanSpec, plan_epochs
+from tests.conftest import SMALL_SAMPLES, run_mpi, train_args
+
+pytestmark = pytest.mark.mpi
+EPOCHS = 3
+BATCH = 8
+
+
+def audit_by_epoch(run_dir) -> dict[int, list[dict]]:
+    by_epoch = defaultdict(list)
+    for row in read_jsonl(run_dir / "audit.jsonl"):
+        by_epoch[row["epoch"]].append(row)
+    return {epoch: sorted(rows, key=lambda r: r["rank"]) for epoch, rows in by_epoch.items()}
+
+
+@pytest.mark.parametrize("ranks", [2, 3, 4, 5])
+@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 1.0])
+def test_partial_shuffling_never_loses_or_duplicates(small_dataset, tmp_path, ranks, q):
+    run_dir = tmp_path / "run"
+    result = run_mpi(
+        ranks,
+        train_args(small_dataset, run_dir, tmp_path / "store", "shuffle=partial", f"shuffle.q={q}", "audit=true"),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    audit = audit_by_epoch(run_dir)
+    assert sorted(audit) == list(range(EPOCHS))
+    plans = list(plan_epochs(PlanSpec(SMALL_SAMPLES, ranks, BATCH, q, 0), "partial", EPOCHS))
+    for epoch, rows in audit.items():
+        assert [row["rank"] for row in rows] == list(range(ranks))
+        held = [i for row in rows for i in row["held"]]
+        assert sorted(held) == list(range(SMALL_SAMPLES)), f"epoch {epoch}: a sample is lost or duplicated"
+        # what the stores hold is what the plan says, rank by rank
+        for row, planned in zip(rows, plans[epoch].held):
+            assert row["held"] == planned.tolist()
+        lengths = {len(row["trained"]) for row in rows}
+        assert lengths == {-(-SMALL_SAMPLES // ranks)}, "ranks trained different numbers of samples"
+        for row in rows:
+            assert set(row["trained"]) == set(row["held"]), f"rank {row['rank']} trained on what it does not hold"
+
+    metrics = read_jsonl(run_dir / "metrics.jsonl")
+    assert [m["epoch"] for m in metrics] == list(range(EPOCHS))
+    iterations = -(-(-(-SMALL_SAMPLES // ranks)) // BATCH)
+    for record in metrics:
+        samples = record["samples"]
+        assert record["iterations"] == iterations
+        assert samples["read_shared"] == 0
+        assert samples["sent"] == samples["received"]
+        assert (samples["sent"] > 0) == (q > 0)
+        bound = -(-int((1 + q) * SMALL_SAMPLES * 10) // (ranks * 10))  # ⌈(1+q)·N/M⌉ for one-decimal q
+        assert samples["store_peak_rank_max"] <= bound
+        assert set(record["time"]) == {"io", "exchange", "fwbw", "allreduce", "epoch"}
+        for stats in record["time"].values():
+            assert stats["min"] <= stats["mean"] <= stats["max"]
+
+
+def test_global_shuffling_reads_shared_storage_only(small_dataset, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_mpi(3, train_args(small_dataset, run_dir, tmp_path / "store", "shuffle=global", "audit=true"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    plans = list(plan_epochs(PlanSpec(SMALL_SAMPLES, 3, BATCH, 1.0, 0), "global", EPOCHS))
+    for epoch, rows in audit_by_epoch(run_dir).items():
+        trained = [i for row in rows for i in row["trained"]]
+        assert set(trained) == set(range(SMALL_SAMPLES))
+        assert trained == np.concatenate(plans[epoch].order).tolist()
+        assert all(row["held"] == [] for row in rows)
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
+        assert record["samples"]["read_shared"] == 3 * -(-SMALL_SAMPLES // 3)
+        assert record["samples"]["read_local"] == 0
+    assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])["shuffle"] == "global"
+
+
+def test_local_shuffling_keeps_its_partition(small_dataset, tmp_path):
+    run_dir = tmp_path / "run"
+    result = run_mpi(4, train_args(small_dataset, run_dir, tmp_path / "store", "shuffle=local", "audit=true"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    audit = audit_by_epoch(run_dir)
+    for rank in range(4):
+        helds = {tuple(audit[epoch][rank]["held"]) for epoch in audit}
+        orders = {tuple(audit[epoch][rank]["trained"]) for epoch in audit}
+        assert len(helds) == 1, "local shuffling changed a partition"
+        assert len(orders) == EPOCHS, "local shuffling repeated an epoch's order"
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
+        assert record["samples"]["read_shared"] == 0
+        assert record["samples"]["sent"] == 0
