@@ -21,6 +21,7 @@ from __future__ import annotations
 import struct
 import time
 from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -90,6 +91,7 @@ class Scheduler:
         self.plan: EpochPlan | None = None
         self.traffic = EpochTraffic()
         self._events = 0  # counts every completed step, for the stall watchdog
+        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-writer")
 
     # -- the Fig. 3 API ------------------------------------------------------------------
 
@@ -107,6 +109,7 @@ class Scheduler:
             for row in moves.receives_of(self.rank):
                 self._expected.setdefault(int(moves.src[row]), deque()).append(int(moves.sample_id[row]))
         self._next_send = 0
+        self._writes: list[Future] = []
         self._incoming: dict[int, _Incoming] = {}
         self._pending_recvs: list[tuple[MPI.Request, np.ndarray, int]] = []
 
@@ -141,6 +144,8 @@ class Scheduler:
                 raise ExchangeError(self._stall_report())
             else:
                 time.sleep(0.0005)
+        for write in self._writes:
+            write.result()  # re-raises a failed write (e.g. a full disk) here, before the commit
         self.store.sync()
         self.comm.Barrier()
 
@@ -153,6 +158,10 @@ class Scheduler:
             for row in self._sends:
                 self.store.remove(int(moves.sample_id[row]))
         self.store.commit(self.plan.epoch + 1, self.plan_key)
+
+    def close(self) -> None:
+        self._writer.shutdown()
+        self.comm.Free()
 
     # -- internals -----------------------------------------------------------------------
 
@@ -210,7 +219,8 @@ class Scheduler:
         if incoming.remaining_bytes == 0:
             self._incoming.pop(source, None)
             data = b"".join(chunk.tobytes() for chunk in incoming.chunks)
-            self.store.add(incoming.meta, data, sync_dir=False)
+            # off the main thread: the write proceeds while this rank computes FW/BW
+            self._writes.append(self._writer.submit(self.store.add, incoming.meta, data, durable=False))
             self.traffic.received += 1
             self.traffic.received_bytes += len(data)
 

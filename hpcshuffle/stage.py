@@ -40,7 +40,7 @@ def reconcile(store: Store, target_ids, catalog: Catalog, progress: bool = False
     copied_bytes = 0
     for sample_id in tqdm(diff.missing, desc="stage", unit="sample", disable=not progress or not diff.missing):
         data = catalog.path(sample_id).read_bytes()
-        store.add(catalog.meta(sample_id), data, sync_dir=False)
+        store.add(catalog.meta(sample_id), data, durable=False)
         copied_bytes += len(data)
     store.sync()
     return StageReport(len(diff.missing), len(diff.extra), adopted, copied_bytes)

@@ -28,7 +28,7 @@ from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import ExchangeError, Scheduler
 from hpcshuffle.formats.imagefolder import Catalog, DatasetError, scan
-from hpcshuffle.formats.synthetic import synth_imagefolder
+from hpcshuffle.formats.synthetic import GENERATOR_VERSION, synth_imagefolder
 from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
@@ -37,6 +37,8 @@ from hpcshuffle.store import Store, StoreError
 from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_root
 
 USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
+# absolute, so `python -m hpcshuffle.train` and the `hpcshuffle train` console script find it alike
+CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def say(world: World, message: str) -> None:
@@ -64,7 +66,10 @@ def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
 
 def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
     marker = root / ".synthetic.json"
-    wanted = {"samples": synth.samples, "classes": synth.classes, "size": synth.size, "seed": seed}
+    wanted = {
+        "samples": synth.samples, "classes": synth.classes, "size": synth.size, "seed": seed,
+        "generator": GENERATOR_VERSION,
+    }
     if marker.exists():
         found = json.loads(marker.read_text())
         if found != wanted:
@@ -260,6 +265,8 @@ class Trainer:
         print(table_row(record), flush=True)
 
     def close(self) -> None:
+        if self.scheduler:
+            self.scheduler.close()
         if self.store:
             self.store.close()
         if dist.is_initialized():
@@ -303,7 +310,7 @@ def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
         trainer.close()
 
 
-@hydra.main(version_base="1.3", config_path="../conf", config_name="config")
+@hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
     world = discover()
     try:

@@ -13,19 +13,22 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+# bump when the images change, so a dataset made by an older generator is not taken for current
+GENERATOR_VERSION = 2
+
 
 def class_image(label: int, num_classes: int, size: int, rng: np.random.Generator) -> np.ndarray:
     """An (size, size, 3) uint8 image whose colour and stripes depend on `label`."""
     hue = 2 * np.pi * label / num_classes
-    colour = 0.5 + 0.35 * np.cos(hue + np.array([0.0, 2.1, 4.2]))
-    angle = np.pi * label / num_classes + rng.normal(0, 0.15)
+    colour = 0.5 + 0.12 * np.cos(hue + np.array([0.0, 2.1, 4.2]))
+    angle = np.pi * label / num_classes + rng.normal(0, 0.3)
     period = size / (2 + label % 3)
     ys, xs = np.mgrid[0:size, 0:size]
     phase = rng.uniform(0, 2 * np.pi)
     stripes = 0.5 + 0.5 * np.sin(2 * np.pi * (xs * np.cos(angle) + ys * np.sin(angle)) / period + phase)
     brightness = rng.uniform(0.7, 1.1)
     image = brightness * (0.55 * colour + 0.45 * stripes[..., None] * colour[::-1])
-    image += rng.normal(0, 0.12, size=image.shape)
+    image += rng.normal(0, 0.3, size=image.shape)
     return (np.clip(image, 0, 1) * 255).astype(np.uint8)
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -35,3 +37,15 @@ def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
     assert all(r["samples"]["read_shared"] == 2048 for r in runs["global"])
     assert all(r["samples"]["sent"] == r["samples"]["received"] > 0 for r in runs["partial"])
     assert runs["partial"][-1]["q"] == 0.3 and runs["partial"][-1]["workers"] == 4
+
+
+def test_console_command_trains_from_any_directory(small_dataset, tmp_path):
+    """`hpcshuffle train` (the console script) finds its config outside the repository too."""
+    console = Path(sys.executable).with_name("hpcshuffle")
+    command = [
+        str(console), "train", "dataset=imagefolder", f"dataset.root={small_dataset}", "epochs=1",
+        "batch_size=8", f"hydra.run.dir={tmp_path / 'run'}", f"storage.local_dir={tmp_path / 'store'}",
+    ]
+    result = subprocess.run(command, cwd=tmp_path, env=mpi_env(), capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert len(read_jsonl(tmp_path / "run" / "metrics.jsonl")) == 1

@@ -48,6 +48,7 @@ def main() -> None:
         for sample_id in expected:
             assert store.read_bytes(int(sample_id)) == payload(int(sample_id)), f"sample {sample_id} corrupted"
             assert store.meta(int(sample_id)).label == int(sample_id) % 7
+    scheduler.close()
     store.close()
     reopened = Store(Path(store_dir) / f"rank{rank}")
     assert reopened.epoch == len(plans) and reopened.ids() == set(plans[-1].next_held()[rank].tolist())

@@ -59,7 +59,7 @@ def test_suffix_follows_relpath(root):
 def test_no_temporaries_after_add(root):
     with Store(root) as store:
         for i in range(20):
-            store.add(meta(i), payload(i), sync_dir=(i % 2 == 0))
+            store.add(meta(i), payload(i), durable=(i % 2 == 0))
         store.sync()
         store.commit(0, "key")
         leftovers = [p.name for p in root.rglob("*") if ".tmp" in p.name]
