@@ -74,12 +74,13 @@ class EpochOrder(Sampler[int]):
         return len(self.sample_ids)
 
 
-def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int) -> DataLoader:
+def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin_memory: bool) -> DataLoader:
     return DataLoader(
         dataset,
         batch_size=batch_size,
         sampler=sampler,
         num_workers=workers,
         persistent_workers=workers > 0,
+        pin_memory=pin_memory,
         drop_last=False,
     )

@@ -97,7 +97,7 @@ def open_store(world: World, config: RunConfig, plan: EpochPlan, catalog: Catalo
     store.commit(plan.epoch, plan_key)
     copied = world.comm.reduce(report.copied, root=0)
     copied_bytes = world.comm.reduce(report.copied_bytes, root=0)
-    if world.is_root:
+    if world.is_root:  # reduce() returns None elsewhere
         say(world, f"staged {copied} samples ({copied_bytes / 2**20:.1f} MiB) into {config.local_dir} "
                    f"in {time.perf_counter() - started:.1f} s")
     return store
@@ -161,12 +161,14 @@ class Trainer:
         store_root = self.store.root if self.store else None
         self.order = EpochOrder()
         self.train_loader = make_loader(
-            ImageSamples(self.train_catalog, store_root, train=True), self.order, config.batch_size, config.loader_workers
+            ImageSamples(self.train_catalog, store_root, train=True), self.order, config.batch_size,
+            config.loader_workers, pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
         val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
         self.val_loader = make_loader(
-            ImageSamples(self.val_catalog, None, train=False), val_order, 2 * config.batch_size, config.loader_workers
+            ImageSamples(self.val_catalog, None, train=False), val_order, 2 * config.batch_size,
+            config.loader_workers, pin_memory=self.device.type == "cuda",
         )
 
     def run(self) -> None:
@@ -185,6 +187,13 @@ class Trainer:
     def train_epoch(self, plan: EpochPlan) -> tuple[RankEpoch, list[int], list[int]]:
         rank, row = self.world.rank, RankEpoch()
         held = sorted(self.store.ids()) if self.store else []
+        if self.store and held != plan.held[rank].tolist():
+            diff = self.store.verify(plan.held[rank])
+            raise StoreError(
+                f"rank {rank}'s store does not hold what epoch {plan.epoch}'s plan says: "
+                f"{len(diff.missing)} missing (e.g. {diff.missing[:5]}), {len(diff.extra)} extra "
+                f"(e.g. {diff.extra[:5]}); was {self.store.root} changed by another job?"
+            )
         self.order.set_order(plan.order[rank])
         self.model.train()
         trained: list[int] = []
@@ -232,11 +241,13 @@ class Trainer:
     def validate(self) -> float:
         average_buffers(self.model, self.world.size)
         self.model.eval()
-        counts = torch.zeros(2, dtype=torch.float64)
+        counts = torch.zeros(2, dtype=torch.float64, device=self.device)  # correct, seen
         for images, labels, _ in self.val_loader:
-            predicted = self.model(images.to(self.device)).argmax(dim=1).cpu()
-            counts += torch.tensor([(predicted == labels).sum().item(), len(labels)], dtype=torch.float64)
-        dist.all_reduce(counts)
+            labels = labels.to(self.device, non_blocking=True)
+            predicted = self.model(images.to(self.device, non_blocking=True)).argmax(dim=1)
+            counts[0] += (predicted == labels).sum()
+            counts[1] += len(labels)
+        dist.all_reduce(counts)  # on the device: NCCL reduces GPU tensors only
         return 100.0 * counts[0].item() / max(counts[1].item(), 1.0)
 
     def record(self, plan: EpochPlan, row: RankEpoch, trained: list[int], held: list[int], val_top1: float) -> None:
