@@ -10,6 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from hpcshuffle.plan import FIXED_Q, PLANNERS, EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.store import StoreError
 
 
 def plan_summary(plans: list[EpochPlan]) -> str:
@@ -69,6 +70,63 @@ def cmd_synth(args: argparse.Namespace) -> None:
     print(f"wrote {args.samples} training images in {args.classes} classes to {root}/train (and {root}/val)")
 
 
+def parse_ranks(text: str | None, workers: int) -> list[int]:
+    """'3' or '0-7' (inclusive) → rank list; None → all ranks."""
+    if text is None:
+        return list(range(workers))
+    first, _, last = text.partition("-")
+    ranks = list(range(int(first), int(last or first) + 1))
+    if not ranks or ranks[0] < 0 or ranks[-1] >= workers:
+        raise ValueError(f"--ranks {text} is outside 0-{workers - 1}")
+    return ranks
+
+
+def cmd_stage(args: argparse.Namespace) -> None:
+    """Stage each rank's epoch-0 partition: one rank per MPI process, or several from one process."""
+    from hpcshuffle.formats import deepcam, imagefolder
+    from hpcshuffle.stage import assess, byte_progress, check_capacity, demand, execute, stage_rank, summary
+    from hpcshuffle.store import Store, rank_dir
+    from hpcshuffle.world import discover, on_root
+
+    if args.shuffle == "global":
+        raise ValueError(
+            "global shuffling reads every sample from shared storage each epoch; there is no "
+            "partition to stage (stage for --shuffle local or partial)"
+        )
+    q = FIXED_Q.get(args.shuffle, args.q if args.q is not None else 0.0)
+    scan = imagefolder.scan if args.format == "imagefolder" else deepcam.scan
+    world = discover()
+    catalog = on_root(world, lambda: scan(args.src, args.split), ValueError, OSError)
+    spec = PlanSpec(len(catalog), args.workers, batch_size=1, q=q, seed=args.seed)
+    held = next(plan_epochs(spec, args.shuffle, 1)).held
+    max_bytes = None if args.max_gib is None else int(args.max_gib * 2**30)
+    plan_key = f"staged:{catalog.fingerprint()}:{args.workers}:{args.seed}"
+    progress = sys.stderr.isatty()
+    if world.size > 1:
+        if world.size != args.workers:
+            raise ValueError(f"--workers {args.workers} but this job has {world.size} MPI ranks; they must match")
+        with Store(rank_dir(args.dst, world.rank)) as store:
+            stage_rank(world, store, held[world.rank], catalog, q=q, threads=args.threads,
+                       max_bytes=max_bytes, progress=progress)
+            store.commit(0, plan_key)
+        return
+    ranks = parse_ranks(args.ranks, args.workers)
+    stores = [Store(rank_dir(args.dst, rank)) for rank in ranks]
+    try:
+        works = [assess(store, held[rank], catalog, args.threads) for rank, store in zip(ranks, stores)]
+        check_capacity(Path(args.dst), [demand(world.hostname, s, w, q) for s, w in zip(stores, works)], q, max_bytes)
+        reports = []
+        with byte_progress(sum(w.copy_bytes for w in works), progress) as bar:
+            for store, work in zip(stores, works):
+                reports.append(execute(store, work, catalog, args.threads, on_bytes=bar.update))
+                store.commit(0, plan_key)
+        changed = [catalog.relpaths[i] for work in works for i in work.changed[:3]]
+        print(summary(reports, changed, Path(args.dst)))
+    finally:
+        for store in stores:
+            store.close()
+
+
 def cmd_report(args: argparse.Namespace) -> None:
     from hpcshuffle.report import breakdown_table
 
@@ -108,6 +166,25 @@ def main(argv: list[str] | None = None) -> None:
     imagefolder.add_argument("--seed", type=int, default=0)
     imagefolder.set_defaults(run=cmd_synth)
 
+    stage = commands.add_parser(
+        "stage",
+        help="copy each rank's partition from shared storage into node-local stores",
+        description="Under srun/mpiexec every MPI rank stages its own store (ranks must equal "
+        "--workers); as a single process it stages --ranks (default: all) itself.",
+    )
+    stage.add_argument("--src", required=True, help="dataset root on shared storage")
+    stage.add_argument("--dst", required=True, help="node-local directory (storage.local_dir)")
+    stage.add_argument("--shuffle", choices=sorted(PLANNERS), required=True)
+    stage.add_argument("--workers", type=int, required=True, help="M, ranks of the training job")
+    stage.add_argument("--q", type=float, default=None, help="exchange fraction (room is reserved for it)")
+    stage.add_argument("--seed", type=int, default=0, help="the training run's seed")
+    stage.add_argument("--format", choices=["imagefolder", "deepcam"], default="imagefolder")
+    stage.add_argument("--split", default="train")
+    stage.add_argument("--threads", type=int, default=8, help="parallel copies per rank")
+    stage.add_argument("--max-gib", type=float, default=None, help="cap on the space used per node")
+    stage.add_argument("--ranks", default=None, help="single process: ranks to stage, e.g. 0-3")
+    stage.set_defaults(run=cmd_stage)
+
     commands.add_parser("train", help="train: `hpcshuffle train <hydra overrides>` (see conf/)")
 
     report = commands.add_parser("report", help="breakdown table across run directories")
@@ -117,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     try:
         args.run(args)
-    except (ValueError, FileNotFoundError) as err:
+    except (ValueError, FileNotFoundError, StoreError) as err:
         parser.exit(2, f"hpcshuffle {args.command}: error: {err}\n")
 
 

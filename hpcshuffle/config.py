@@ -36,6 +36,9 @@ class RunConfig:
     momentum: float
     weight_decay: float
     local_dir: Path
+    stage: bool
+    stage_threads: int
+    max_bytes: int | None
     loader_workers: int
     exchange_timeout_s: float
     device: str
@@ -53,9 +56,11 @@ class RunConfig:
                 f"shuffle={self.shuffle} means q={FIXED_Q[self.shuffle]}, got shuffle.q={self.q}; "
                 f"use shuffle=partial shuffle.q={self.q} to exchange a fraction"
             )
-        for name in ("epochs", "batch_size", "threads"):
+        if self.max_bytes is not None and self.max_bytes <= 0:
+            raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_bytes / 2**30:g}")
+        for name, key in (("epochs",) * 2, ("batch_size",) * 2, ("threads",) * 2, ("stage_threads", "storage.threads")):
             if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"{key} must be >= 1, got {getattr(self, name)}")
         if self.loader_workers < 0:
             raise ConfigError(f"loader.workers must be >= 0, got {self.loader_workers}")
         if self.device not in ("cpu", "cuda"):
@@ -77,6 +82,9 @@ class RunConfig:
             momentum=float(cfg.optim.momentum),
             weight_decay=float(cfg.optim.weight_decay),
             local_dir=Path(cfg.storage.local_dir),
+            stage=bool(cfg.storage.stage),
+            stage_threads=int(cfg.storage.threads),
+            max_bytes=None if cfg.storage.max_gib is None else int(float(cfg.storage.max_gib) * 2**30),
             loader_workers=int(cfg.loader.workers),
             exchange_timeout_s=float(cfg.exchange.timeout_s),
             device=cfg.device,

@@ -31,8 +31,8 @@ from hpcshuffle.plan import EpochPlan
 from hpcshuffle.store import SampleMeta, Store
 
 TAG_SAMPLE = 7
-# sample_id, label, total payload bytes (after the header), relpath bytes
-HEADER = struct.Struct("<qqqI")
+# sample_id, label, payload bytes (after header and relpath), source mtime, xxh3 checksum, relpath bytes
+HEADER = struct.Struct("<qqqqQI")
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB, well below the 2 GiB int32 limit of MPI counts
 
 
@@ -60,7 +60,10 @@ class EpochTraffic:
 
 def encode(meta: SampleMeta, data: bytes) -> bytes:
     relpath = meta.relpath.encode()
-    return HEADER.pack(meta.sample_id, meta.label, len(data), len(relpath)) + relpath + data
+    header = HEADER.pack(
+        meta.sample_id, meta.label, len(data), meta.source_mtime_ns, int(meta.checksum, 16), len(relpath)
+    )
+    return header + relpath + data
 
 
 class Scheduler:
@@ -220,9 +223,18 @@ class Scheduler:
             self._incoming.pop(source, None)
             data = b"".join(chunk.tobytes() for chunk in incoming.chunks)
             # off the main thread: the write proceeds while this rank computes FW/BW
-            self._writes.append(self._writer.submit(self.store.add, incoming.meta, data, durable=False))
+            self._writes.append(self._writer.submit(self._write_received, source, incoming.meta, data))
             self.traffic.received += 1
             self.traffic.received_bytes += len(data)
+
+    def _write_received(self, source: int, sent: SampleMeta, data: bytes) -> None:
+        stored = self.store.add(sent, data, durable=False)
+        if stored.checksum != sent.checksum:
+            raise ExchangeError(
+                f"rank {self.rank}: sample {sent.sample_id} ({sent.relpath}) from rank {source} arrived "
+                f"with checksum {stored.checksum}, sent as {sent.checksum}: corrupted in transit or in "
+                "the sender's store"
+            )
 
     def _start_sample(self, source: int, buffer: np.ndarray) -> _Incoming:
         expected = self._expected.get(source)
@@ -231,7 +243,7 @@ class Scheduler:
                 f"rank {self.rank} received an unplanned sample from rank {source}; the ranks "
                 "disagree on the plan (different seed, q, dataset or worker count?)"
             )
-        sample_id, label, total_bytes, relpath_bytes = HEADER.unpack_from(buffer)
+        sample_id, label, total_bytes, mtime_ns, checksum, relpath_bytes = HEADER.unpack_from(buffer)
         want = expected.popleft()
         if sample_id != want:
             raise ExchangeError(
@@ -241,7 +253,8 @@ class Scheduler:
         body_start = HEADER.size + relpath_bytes
         relpath = buffer[HEADER.size : body_start].tobytes().decode()
         first = buffer[body_start:]
-        incoming = _Incoming(SampleMeta(sample_id, relpath, label), [first], total_bytes - len(first))
+        meta = SampleMeta(sample_id, relpath, label, total_bytes, f"{checksum:016x}", mtime_ns)
+        incoming = _Incoming(meta, [first], total_bytes - len(first))
         self._incoming[source] = incoming
         return incoming
 

@@ -16,7 +16,7 @@ from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler
 from torchvision.transforms import v2
 
-from hpcshuffle.formats.imagefolder import Catalog
+from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.store import sample_path
 
 MEAN = (0.5, 0.5, 0.5)

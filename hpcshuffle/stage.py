@@ -1,46 +1,280 @@
-"""Bring a rank's store to what the plan says it holds: adopt, delete, copy the difference.
+"""Staging: bring each rank's node-local store to what the plan says it holds at epoch 0.
 
-The store is a cache of the plan, so first staging, restaging for another worker count and
-repair after a crash are the same operation.
+The store is a cache of the plan, so first staging, resuming an interrupted staging, restaging
+for another worker count and repairing a damaged store are one operation: decide what differs
+(`assess`), check the node has room for it (`check_capacity`), move the difference (`execute`).
+
+Every staged file's size, xxh3 checksum and source mtime go into the store's manifest. A later
+run re-hashes the staged copies (catching corruption) and stats the sources (catching a dataset
+changed since staging), and copies only what is missing or wrong.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from pathlib import Path
 
 from tqdm import tqdm
 
-from hpcshuffle.formats.imagefolder import Catalog
-from hpcshuffle.store import Store
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.store import Store, StoreError, read_chunks
+from hpcshuffle.world import World, agree
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    nbytes: int
+    mtime_ns: int
+
+
+@dataclass(frozen=True)
+class StageWork:
+    """What staging must do on one rank, decided before anything is copied."""
+
+    target: list[int]
+    sources: dict[int, SourceFile]  # stat of every target's source file
+    to_copy: list[int]  # missing, changed or corrupt
+    to_remove: list[int]  # held but not in the target
+    changed: list[int]  # staged, but the source's size or mtime differs now
+    corrupt: list[int]  # staged, but the copy no longer matches its checksum
+    adopted: int  # uncommitted files (received before a crash) taken back
+
+    @property
+    def copy_bytes(self) -> int:
+        return sum(self.sources[i].nbytes for i in self.to_copy)
+
+    @property
+    def target_bytes(self) -> int:
+        return sum(source.nbytes for source in self.sources.values())
 
 
 @dataclass(frozen=True)
 class StageReport:
     copied: int
-    removed: int
-    adopted: int
     copied_bytes: int
+    removed: int
+    changed: int
+    corrupt: int
+    adopted: int
+    seconds: float
 
 
-def reconcile(store: Store, target_ids, catalog: Catalog, progress: bool = False) -> StageReport:
-    """Make `store` hold exactly `target_ids`, copying what is missing from `catalog.root`.
+def stat_sources(catalog: Catalog, sample_ids: Iterable[int], threads: int) -> dict[int, SourceFile]:
+    """Size and mtime of each source file, statted in parallel (parallel file systems reward it)."""
+    sample_ids = list(sample_ids)
 
-    Uncommitted files the target wants (received just before a crash) are adopted, not copied
-    again; everything else the target does not list is removed.
-    """
-    target = {int(i) for i in target_ids}
+    def stat(sample_id: int) -> SourceFile | None:
+        try:
+            info = os.stat(catalog.path(sample_id))
+        except FileNotFoundError:
+            return None
+        return SourceFile(info.st_size, info.st_mtime_ns)
+
+    with ThreadPoolExecutor(threads) as pool:
+        stats = dict(zip(sample_ids, pool.map(stat, sample_ids)))
+    missing = [catalog.relpaths[i] for i, info in stats.items() if info is None]
+    if missing:
+        raise DatasetError(
+            f"{len(missing)} source files disappeared from {catalog.root} since it was listed "
+            f"(e.g. {missing[:3]}); is the dataset being modified?"
+        )
+    return stats
+
+
+def assess(store: Store, target_ids: Iterable[int], catalog: Catalog, threads: int = 8) -> StageWork:
+    """Compare the store with its target: what to copy, what to remove, what went bad."""
+    target = sorted({int(i) for i in target_ids})
+    sources = stat_sources(catalog, target, threads)
+    wanted = set(target)
     adopted = 0
-    for sample_id in sorted(target & set(store.orphans)):
-        store.adopt(catalog.meta(sample_id))
+    for sample_id in sorted(wanted & set(store.orphans)):
+        store.adopt(replace(catalog.meta(sample_id), source_mtime_ns=sources[sample_id].mtime_ns))
         adopted += 1
     store.discard_orphans()
-    diff = store.verify(target)
-    for sample_id in diff.extra:
+    staged = sorted(wanted & store.ids())
+    changed = [
+        i for i in staged
+        if (store.meta(i).nbytes, store.meta(i).source_mtime_ns) != (sources[i].nbytes, sources[i].mtime_ns)
+    ]
+    unchanged = sorted(set(staged) - set(changed))
+    with ThreadPoolExecutor(threads) as pool:
+        corrupt = [i for i, ok in zip(unchanged, pool.map(store.intact, unchanged)) if not ok]
+    return StageWork(
+        target=target,
+        sources=sources,
+        to_copy=sorted((wanted - store.ids()) | set(changed) | set(corrupt)),
+        to_remove=sorted(store.ids() - wanted),
+        changed=changed,
+        corrupt=corrupt,
+        adopted=adopted,
+    )
+
+
+@dataclass(frozen=True)
+class NodeDemand:
+    """One rank's claim on its node's local disk."""
+
+    host: str
+    need_bytes: int  # to copy now, plus room for what the exchange will bring in
+    freed_bytes: int  # held now but to be removed first
+    held_bytes: int  # already in the store
+    free_bytes: int  # free on the file system holding the store
+
+
+def demand(host: str, store: Store, work: StageWork, q: float) -> NodeDemand:
+    # PLS receives ⌊q·⌊N/M⌋⌋ samples before it deletes what it sent: (1+q)·N/M at the peak
+    headroom = int(q * work.target_bytes)
+    held = sum(store.meta(i).nbytes for i in store.ids())
+    freed = sum(store.meta(i).nbytes for i in work.to_remove) + sum(
+        store.meta(i).nbytes for i in work.to_copy if i in store
+    )
+    free = shutil.disk_usage(store.root).free
+    return NodeDemand(host, work.copy_bytes + headroom, freed, held, free)
+
+
+def check_capacity(local_dir: Path, demands: list[NodeDemand], q: float, max_bytes: int | None) -> None:
+    """Fail, naming the node and the numbers, if a node's ranks need more than its disk offers.
+
+    Every rank calls this with all ranks' demands, so all reach the same verdict.
+    """
+    for host in sorted({d.host for d in demands}):
+        mine = [d for d in demands if d.host == host]
+        need = sum(d.need_bytes for d in mine)
+        freed = sum(d.freed_bytes for d in mine)
+        available = min(d.free_bytes for d in mine) + freed
+        if max_bytes is not None:
+            available = min(available, max_bytes - sum(d.held_bytes for d in mine) + freed)
+        if need > available:
+            limit = f"storage.max_gib={max_bytes / 2**30:.3g} allows" if max_bytes is not None else "has"
+            raise ConfigError(
+                f"node-local space on {host}: {local_dir} {limit} {gib(available)} free, but its "
+                f"{len(mine)} ranks need {gib(need)} = (1+q)·N/M of their partitions with q={q}; "
+                "lower q, use more nodes, or point storage.local_dir at a larger disk",
+                collective=True,
+            )
+
+
+def gib(nbytes: float) -> str:
+    return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
+
+
+def execute(
+    store: Store,
+    work: StageWork,
+    catalog: Catalog,
+    threads: int = 8,
+    on_bytes: Callable[[int], None] | None = None,
+) -> StageReport:
+    """Remove what the target does not list, then copy the rest in parallel; one flush at the end."""
+    started = time.perf_counter()
+    for sample_id in work.to_remove:
         store.remove(sample_id)
-    copied_bytes = 0
-    for sample_id in tqdm(diff.missing, desc="stage", unit="sample", disable=not progress or not diff.missing):
-        data = catalog.path(sample_id).read_bytes()
-        store.add(catalog.meta(sample_id), data, durable=False)
-        copied_bytes += len(data)
+
+    def copy(sample_id: int) -> int:
+        source = work.sources[sample_id]
+        meta = replace(catalog.meta(sample_id), source_mtime_ns=source.mtime_ns)
+        stored = store.add(meta, read_chunks(catalog.path(sample_id)), durable=False)
+        if stored.nbytes != source.nbytes:
+            raise DatasetError(
+                f"{catalog.path(sample_id)} changed size while being staged "
+                f"({source.nbytes} -> {stored.nbytes} bytes); stage again once the dataset is stable"
+            )
+        if on_bytes:
+            on_bytes(stored.nbytes)
+        return stored.nbytes
+
+    with ThreadPoolExecutor(threads, thread_name_prefix="stage") as pool:
+        copied_bytes = sum(pool.map(copy, work.to_copy))
     store.sync()
-    return StageReport(len(diff.missing), len(diff.extra), adopted, copied_bytes)
+    return StageReport(
+        copied=len(work.to_copy),
+        copied_bytes=copied_bytes,
+        removed=len(work.to_remove),
+        changed=len(work.changed),
+        corrupt=len(work.corrupt),
+        adopted=work.adopted,
+        seconds=time.perf_counter() - started,
+    )
+
+
+def byte_progress(total_bytes: int, enabled: bool, desc: str = "stage") -> tqdm:
+    return tqdm(total=total_bytes, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
+                disable=not enabled or total_bytes == 0)
+
+
+def require_staged(work: StageWork, store: Store) -> None:
+    """With staging off, an incomplete store is an error, not something to fix silently."""
+    if work.to_copy or work.to_remove:
+        raise StoreError(
+            f"{store.root} is not staged for this run: {len(work.to_copy)} samples missing or stale, "
+            f"{len(work.to_remove)} extra; run `hpcshuffle stage` with the run's dataset, workers "
+            "and seed first, or set storage.stage=true"
+        )
+
+
+def stage_rank(
+    world: World,
+    store: Store,
+    target_ids: Iterable[int],
+    catalog: Catalog,
+    *,
+    q: float,
+    threads: int = 8,
+    max_bytes: int | None = None,
+    copy: bool = True,
+    progress: bool = False,
+) -> StageReport:
+    """Collective: every rank stages its own store; rank 0 shows progress and prints a summary.
+
+    With copy=False nothing is copied and an incomplete store is an error (for jobs that stage
+    in a separate step).
+    """
+    work, problem = None, None
+    try:
+        work = assess(store, target_ids, catalog, threads)
+    except (DatasetError, OSError) as err:
+        problem = str(err)
+    agree(world, problem)
+    check_capacity(store.root.parent, world.comm.allgather(demand(world.hostname, store, work, q)), q, max_bytes)
+    if not copy:
+        problem = None
+        try:
+            require_staged(work, store)
+        except StoreError as err:
+            problem = str(err)
+        agree(world, problem)
+    with byte_progress(work.copy_bytes, progress and world.is_root, desc="stage (rank 0)") as bar:
+        report = execute(store, work, catalog, threads, on_bytes=bar.update)
+    reports = world.comm.gather(report, root=0)
+    changed = world.comm.gather([catalog.relpaths[i] for i in work.changed[:3]], root=0)
+    if world.is_root:
+        print(summary(reports, [path for paths in changed for path in paths], store.root.parent), flush=True)
+    return report
+
+
+def summary(reports: list[StageReport], changed_examples: list[str], local_dir: Path) -> str:
+    copied = sum(r.copied for r in reports)
+    copied_bytes = sum(r.copied_bytes for r in reports)
+    seconds = max(r.seconds for r in reports)
+    rate = copied_bytes / seconds / 2**20 if seconds > 0 else 0.0
+    lines = [
+        f"staged {len(reports)} ranks into {local_dir}: copied {copied} samples ({gib(copied_bytes)}) "
+        f"in {seconds:.1f} s ({rate:.1f} MiB/s), removed {sum(r.removed for r in reports)}, "
+        f"re-adopted {sum(r.adopted for r in reports)}"
+    ]
+    changed = sum(r.changed for r in reports)
+    if changed:
+        lines.append(
+            f"dataset changed since staging: {changed} source files differ in size or mtime from what "
+            f"was staged (e.g. {changed_examples[:3]}); their copies were replaced"
+        )
+    corrupt = sum(r.corrupt for r in reports)
+    if corrupt:
+        lines.append(f"{corrupt} staged copies failed their checksum and were copied again")
+    return "\n".join(lines)

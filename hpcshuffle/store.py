@@ -3,7 +3,8 @@
 Layout::
 
     <root>/samples/<sample_id:09d><suffix>   the sample's bytes, exactly as in the dataset
-    <root>/manifest.json                     {"epoch", "plan_key", "samples": {id: [relpath, label]}}
+    <root>/manifest.json                     {"epoch", "plan_key",
+                                              "samples": {id: [relpath, label, nbytes, xxh3, source_mtime_ns]}}
     <root>/.lock                             held (flock) while a process owns the store
 
 Every write is atomic: the bytes go to a temporary name, are fsynced, then renamed over the
@@ -18,10 +19,15 @@ import ctypes
 import fcntl
 import json
 import os
-from dataclasses import dataclass
+import threading
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 
+import xxhash
+
 MANIFEST = "manifest.json"
+CHUNK_BYTES = 8 << 20  # large files are read, hashed and written in pieces of this size
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
 
@@ -31,11 +37,43 @@ class StoreError(RuntimeError):
 
 @dataclass(frozen=True)
 class SampleMeta:
-    """What the store keeps about a sample besides its bytes."""
+    """What the store keeps about a sample besides its bytes.
+
+    `nbytes` and `checksum` describe the bytes (checked on every verify and after every
+    transfer); `source_mtime_ns` is the source file's mtime when it was staged, so a dataset
+    changed since staging is noticed.
+    """
 
     sample_id: int
     relpath: str  # path inside the dataset root, e.g. "train/class_003/000123.jpg"
     label: int
+    nbytes: int = 0
+    checksum: str = ""
+    source_mtime_ns: int = 0
+
+    def row(self) -> list:
+        return [self.relpath, self.label, self.nbytes, self.checksum, self.source_mtime_ns]
+
+
+def read_chunks(path: Path) -> Iterator[bytes]:
+    """A file's bytes in pieces of at most CHUNK_BYTES, so large samples never sit whole in memory."""
+    with open(path, "rb") as source:
+        while chunk := source.read(CHUNK_BYTES):
+            yield chunk
+
+
+def checksum_of(chunks: Iterable[bytes]) -> tuple[str, int]:
+    """(xxh3-64 hex digest, total bytes) of an iterable of byte chunks."""
+    hasher, nbytes = xxhash.xxh3_64(), 0
+    for chunk in chunks:
+        hasher.update(chunk)
+        nbytes += len(chunk)
+    return hasher.hexdigest(), nbytes
+
+
+def rank_dir(local_dir: Path, rank: int) -> Path:
+    """Each rank's own store directory under the node-local directory."""
+    return Path(local_dir) / f"rank{rank:05d}"
 
 
 @dataclass(frozen=True)
@@ -81,21 +119,29 @@ def _syncfs(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, data: bytes, *, durable: bool = True) -> None:
-    """Write `data` to `path` so that a crash leaves either the old file or the new one.
+def atomic_write(path: Path, chunks: Iterable[bytes], *, durable: bool = True) -> tuple[str, int]:
+    """Write `chunks` to `path` so that a crash leaves either the old file or the new one.
 
     With durable=False the data and the rename are not flushed yet: the caller flushes a
     whole batch at once (`Store.sync`) before anything depends on it.
+
+    Returns:
+        (checksum, nbytes) of what was written, hashed on the way.
     """
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
+    hasher, nbytes = xxhash.xxh3_64(), 0
     with open(tmp, "wb") as out:
-        out.write(data)
+        for chunk in chunks:
+            out.write(chunk)
+            hasher.update(chunk)
+            nbytes += len(chunk)
         if durable:
             out.flush()
             os.fsync(out.fileno())
     os.replace(tmp, path)
     if durable:
         _fsync_dir(path.parent)
+    return hasher.hexdigest(), nbytes
 
 
 class Store:
@@ -154,10 +200,27 @@ class Store:
 
     # -- writing -------------------------------------------------------------------------
 
-    def add(self, meta: SampleMeta, data: bytes, *, durable: bool = True) -> None:
-        """Store one sample; in a batch pass durable=False, then call `sync` once for all of them."""
+    def add(self, meta: SampleMeta, data: bytes | Iterable[bytes], *, durable: bool = True) -> SampleMeta:
+        """Store one sample (bytes, or chunks of a large file); returns its meta with checksum and size.
+
+        In a batch pass durable=False, then call `sync` once for all of them.
+        """
+        chunks = [data] if isinstance(data, bytes | bytearray | memoryview) else data
+        checksum, nbytes = atomic_write(sample_path(self.root, meta.sample_id, meta.relpath), chunks, durable=durable)
+        meta = replace(meta, checksum=checksum, nbytes=nbytes)
         self._meta[meta.sample_id] = meta
-        atomic_write(self.path(meta.sample_id), data, durable=durable)
+        return meta
+
+    def intact(self, sample_id: int) -> bool:
+        """Re-read a stored sample and compare its size and checksum with the manifest."""
+        meta = self._meta[sample_id]
+        path = self.path(sample_id)
+        try:
+            if path.stat().st_size != meta.nbytes:
+                return False
+            return checksum_of(read_chunks(path))[0] == meta.checksum
+        except FileNotFoundError:
+            return False
 
     def remove(self, sample_id: int) -> None:
         path = self.path(sample_id)
@@ -165,9 +228,10 @@ class Store:
         path.unlink(missing_ok=True)
 
     def adopt(self, meta: SampleMeta) -> None:
-        """Take an uncommitted file (see `orphans`) back into the store with its metadata."""
+        """Take an uncommitted file (see `orphans`) back into the store; its checksum is computed here."""
         path = self.orphans.pop(meta.sample_id)
-        self._meta[meta.sample_id] = meta
+        checksum, nbytes = checksum_of(read_chunks(path))
+        self._meta[meta.sample_id] = replace(meta, checksum=checksum, nbytes=nbytes)
         path.rename(self.path(meta.sample_id))
 
     def discard_orphans(self) -> None:
@@ -187,9 +251,9 @@ class Store:
         manifest = {
             "epoch": epoch,
             "plan_key": plan_key,
-            "samples": {str(i): [m.relpath, m.label] for i, m in sorted(self._meta.items())},
+            "samples": {str(i): m.row() for i, m in sorted(self._meta.items())},
         }
-        atomic_write(self.root / MANIFEST, json.dumps(manifest).encode())
+        atomic_write(self.root / MANIFEST, [json.dumps(manifest).encode()])
 
     def close(self) -> None:
         if not self._lock.closed:
@@ -211,8 +275,8 @@ class Store:
         try:
             manifest = json.loads(path.read_text())
             samples = {
-                int(key): SampleMeta(int(key), relpath, int(label))
-                for key, (relpath, label) in manifest["samples"].items()
+                int(key): SampleMeta(int(key), relpath, int(label), int(nbytes), checksum, int(mtime_ns))
+                for key, (relpath, label, nbytes, checksum, mtime_ns) in manifest["samples"].items()
             }
             return manifest["epoch"], manifest["plan_key"], samples
         except (ValueError, KeyError, TypeError) as err:

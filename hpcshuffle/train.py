@@ -32,8 +32,8 @@ from hpcshuffle.formats.synthetic import GENERATOR_VERSION, synth_imagefolder
 from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
-from hpcshuffle.stage import reconcile
-from hpcshuffle.store import Store, StoreError
+from hpcshuffle.stage import stage_rank
+from hpcshuffle.store import Store, StoreError, rank_dir
 from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_root
 
 USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
@@ -85,21 +85,18 @@ def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
 
 
 def open_store(world: World, config: RunConfig, plan: EpochPlan, catalog: Catalog, plan_key: str) -> Store:
-    """Open this rank's store and make it hold exactly the epoch-0 partition."""
+    """Open this rank's store and make it hold exactly the epoch-0 partition (staging it if asked)."""
     store, problem = None, None
     try:
-        store = Store(config.local_dir / f"rank{world.rank:05d}")
+        store = Store(rank_dir(config.local_dir, world.rank))
     except (StoreError, OSError) as err:
         problem = str(err)
     agree(world, problem)
-    started = time.perf_counter()
-    report = reconcile(store, plan.held[world.rank], catalog, progress=config.progress and world.is_root)
+    stage_rank(
+        world, store, plan.held[world.rank], catalog, q=config.q, threads=config.stage_threads,
+        max_bytes=config.max_bytes, copy=config.stage, progress=config.progress,
+    )
     store.commit(plan.epoch, plan_key)
-    copied = world.comm.reduce(report.copied, root=0)
-    copied_bytes = world.comm.reduce(report.copied_bytes, root=0)
-    if world.is_root:  # reduce() returns None elsewhere
-        say(world, f"staged {copied} samples ({copied_bytes / 2**20:.1f} MiB) into {config.local_dir} "
-                   f"in {time.perf_counter() - started:.1f} s")
     return store
 
 

@@ -6,50 +6,13 @@ same tree numbers it the same way; `Catalog.fingerprint` lets ranks check that t
 
 from __future__ import annotations
 
-import hashlib
-from dataclasses import dataclass
 from pathlib import Path
 
-from hpcshuffle.store import SampleMeta
+from hpcshuffle.formats.catalog import Catalog, DatasetError
+
+__all__ = ["IMAGE_SUFFIXES", "Catalog", "DatasetError", "scan"]
 
 IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
-
-
-class DatasetError(ValueError):
-    """The dataset directory is missing or not laid out as expected."""
-
-
-@dataclass(frozen=True)
-class Catalog:
-    """One split of an ImageFolder tree.
-
-    Attributes:
-        root: the dataset root (the directory holding `train/` and `val/`).
-        classes: class directory names; a sample's label is the index of its class here.
-        relpaths: per sample id, its path relative to `root`.
-        labels: per sample id, its class index.
-    """
-
-    root: Path
-    classes: tuple[str, ...]
-    relpaths: tuple[str, ...]
-    labels: tuple[int, ...]
-
-    def __len__(self) -> int:
-        return len(self.relpaths)
-
-    def meta(self, sample_id: int) -> SampleMeta:
-        return SampleMeta(sample_id, self.relpaths[sample_id], self.labels[sample_id])
-
-    def path(self, sample_id: int) -> Path:
-        return self.root / self.relpaths[sample_id]
-
-    def fingerprint(self) -> str:
-        """A short hash of the listing (names and labels, not bytes)."""
-        digest = hashlib.blake2b(digest_size=8)
-        for relpath, label in zip(self.relpaths, self.labels):
-            digest.update(f"{relpath}\0{label}\n".encode())
-        return digest.hexdigest()
 
 
 def scan(root: str | Path, split: str, classes: tuple[str, ...] | None = None) -> Catalog:

@@ -1,4 +1,4 @@
-"""Synthetic ImageFolder data, scanning it into a catalog, and staging a store from it."""
+"""Synthetic ImageFolder data and scanning it into a catalog."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from PIL import Image
 from hpcshuffle.cli import main
 from hpcshuffle.formats.imagefolder import Catalog, DatasetError, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.stage import StageReport, reconcile
-from hpcshuffle.store import Store
 
 SAMPLES, CLASSES, SIZE = 60, 4, 16
 
@@ -169,76 +167,3 @@ def test_scan_empty_and_foreign_classes(tmp_path, dataset):
         scan(tmp_path / "empty", "train")
     with pytest.raises(DatasetError, match="not in the training split"):
         scan(dataset, "val", ("class_000", "class_001"))
-
-
-# -- reconcile ---------------------------------------------------------------------------------
-
-
-def assert_store_matches(store: Store, ids, catalog: Catalog) -> None:
-    assert store.ids() == set(ids)
-    for sample_id in ids:
-        assert store.read_bytes(sample_id) == catalog.path(sample_id).read_bytes()
-        assert store.meta(sample_id) == catalog.meta(sample_id)
-    names = sorted(p.name for p in store.samples_dir.iterdir())
-    assert names == sorted(f"{i:09d}.jpg" for i in ids)
-
-
-def test_reconcile_copies_exactly_the_target(tmp_path, catalog):
-    target = list(range(0, SAMPLES, 3))
-    with Store(tmp_path / "store") as store:
-        report = reconcile(store, target, catalog)
-        assert isinstance(report, StageReport)
-        assert report.copied == len(target) and report.removed == 0 and report.adopted == 0
-        assert report.copied_bytes == sum(catalog.path(i).stat().st_size for i in target)
-        assert_store_matches(store, target, catalog)
-
-        again = reconcile(store, target, catalog)
-        assert again == StageReport(copied=0, removed=0, adopted=0, copied_bytes=0)
-        assert_store_matches(store, target, catalog)
-
-        new_target = list(range(0, 30))  # keeps 0, 3, ..., 27; drops 30..57; adds the rest of 0..29
-        moved = reconcile(store, new_target, catalog)
-        assert moved.removed == len(set(target) - set(new_target)) == 10
-        assert moved.copied == len(set(new_target) - set(target)) == 20
-        assert_store_matches(store, new_target, catalog)
-        store.commit(0, "plan")
-    with Store(tmp_path / "store") as reopened:
-        assert reopened.verify(new_target).clean
-        assert reopened.orphans == {}
-
-
-def test_reconcile_accepts_numpy_ids(tmp_path, catalog):
-    np = pytest.importorskip("numpy")
-    with Store(tmp_path / "store") as store:
-        report = reconcile(store, np.array([5, 1, 9], dtype=np.int64), catalog)
-        assert report.copied == 3
-        assert store.ids() == {1, 5, 9}
-
-
-def test_reconcile_adopts_wanted_orphans_and_drops_the_rest(tmp_path, catalog):
-    root = tmp_path / "store"
-    with Store(root) as store:
-        reconcile(store, [0, 1, 2], catalog)
-        store.commit(0, "p")
-        # received after the commit, before a crash
-        for i in (40, 41):
-            store.add(catalog.meta(i), catalog.path(i).read_bytes())
-    with Store(root) as store:
-        assert set(store.orphans) == {40, 41}
-        report = reconcile(store, [0, 1, 40, 50], catalog)
-        assert report.adopted == 1
-        assert report.removed == 1  # sample 2
-        assert report.copied == 1  # sample 50; 40 is not copied again
-        assert report.copied_bytes == catalog.path(50).stat().st_size
-        assert store.orphans == {}
-        assert not (root / "samples" / "000000041.jpg").exists()
-        assert_store_matches(store, [0, 1, 40, 50], catalog)
-
-
-def test_reconcile_to_empty_target_removes_everything(tmp_path, catalog):
-    with Store(tmp_path / "store") as store:
-        reconcile(store, range(10), catalog)
-        report = reconcile(store, [], catalog)
-        assert report.removed == 10 and report.copied == 0
-        assert store.ids() == set()
-        assert list(store.samples_dir.iterdir()) == []

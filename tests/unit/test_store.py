@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import json
 import subprocess
 import sys
@@ -10,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.store import MANIFEST, SampleMeta, Store, StoreError, sample_path
+from hpcshuffle.store import MANIFEST, SampleMeta, Store, StoreError, checksum_of, sample_path
 
 
 def meta(i: int, label: int | None = None, suffix: str = ".jpg") -> SampleMeta:
@@ -38,7 +40,11 @@ def test_add_read_remove(root):
         assert store.ids() == {3, 7, 12} and len(store) == 3
         assert 7 in store and 8 not in store
         assert store.read_bytes(7) == payload(7)
-        assert store.meta(12) == meta(12)
+        stored = store.meta(12)
+        assert (stored.relpath, stored.label) == (meta(12).relpath, meta(12).label)
+        assert stored.nbytes == len(payload(12))
+        assert stored.checksum == checksum_of([payload(12)])[0]
+        assert store.intact(12)
         assert store.path(3) == root / "samples" / "000000003.jpg"
         assert store.path(3) == sample_path(root, 3, meta(3).relpath)
         store.remove(7)
@@ -75,13 +81,14 @@ def test_commit_and_reopen(root):
         store.commit(4, "plan-abc")
     manifest = json.loads((root / MANIFEST).read_text())
     assert manifest["epoch"] == 4 and manifest["plan_key"] == "plan-abc"
-    assert manifest["samples"]["3"] == [meta(3).relpath, 6]
+    assert manifest["samples"]["3"] == [meta(3).relpath, 6, len(payload(3)), checksum_of([payload(3)])[0], 0]
     with Store(root) as again:
         assert again.epoch == 4 and again.plan_key == "plan-abc"
         assert again.ids() == set(range(10))
         assert again.orphans == {}
         for i in range(10):
-            assert again.meta(i) == meta(i, label=i * 2)
+            checksum, nbytes = checksum_of([payload(i)])
+            assert again.meta(i) == replace(meta(i, label=i * 2), nbytes=nbytes, checksum=checksum)
             assert again.read_bytes(i) == payload(i)
 
 

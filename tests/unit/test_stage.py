@@ -1,0 +1,181 @@
+"""Staging a store from a catalog: exact copies, resumable, checksummed, change-aware, capacity-checked."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+
+from hpcshuffle import store as store_module
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.formats import deepcam
+from hpcshuffle.formats.catalog import Catalog
+from hpcshuffle.formats.imagefolder import scan
+from hpcshuffle.formats.synthetic import synth_imagefolder
+from hpcshuffle.stage import NodeDemand, StageReport, assess, check_capacity, demand, execute, require_staged
+from hpcshuffle.store import Store, StoreError
+
+SAMPLES = 60
+
+
+@pytest.fixture
+def catalog(tmp_path) -> Catalog:
+    """A private copy per test: several tests modify the source."""
+    root = synth_imagefolder(tmp_path / "src", SAMPLES, 4, image_size=16, progress=False)
+    return scan(root, "train")
+
+
+def reconcile(store: Store, target, catalog: Catalog) -> StageReport:
+    return execute(store, assess(store, target, catalog, threads=4), catalog, threads=4)
+
+
+def assert_store_matches(store: Store, ids, catalog: Catalog) -> None:
+    assert store.ids() == set(ids)
+    for sample_id in ids:
+        assert store.read_bytes(sample_id) == catalog.path(sample_id).read_bytes()
+        assert (store.meta(sample_id).relpath, store.meta(sample_id).label) == (
+            catalog.relpaths[sample_id], catalog.labels[sample_id]
+        )
+        assert store.intact(sample_id)
+    names = sorted(p.name for p in store.samples_dir.iterdir())
+    assert names == sorted(f"{i:09d}.jpg" for i in ids)
+
+
+def test_copies_exactly_the_target_then_nothing(tmp_path, catalog):
+    target = list(range(0, SAMPLES, 3))
+    with Store(tmp_path / "store") as store:
+        report = reconcile(store, target, catalog)
+        assert (report.copied, report.removed, report.adopted) == (len(target), 0, 0)
+        assert report.copied_bytes == sum(catalog.path(i).stat().st_size for i in target)
+        assert_store_matches(store, target, catalog)
+        store.commit(0, "plan")
+    with Store(tmp_path / "store") as reopened:  # a second run on a complete store copies nothing
+        again = reconcile(reopened, target, catalog)
+        assert (again.copied, again.removed, again.changed, again.corrupt) == (0, 0, 0, 0)
+
+        new_target = list(range(0, 30))  # keeps 0, 3, ..., 27; drops 30..57; adds the rest of 0..29
+        moved = reconcile(reopened, new_target, catalog)
+        assert moved.removed == 10 and moved.copied == 20
+        assert_store_matches(reopened, new_target, catalog)
+
+
+def test_accepts_numpy_ids_and_empty_targets(tmp_path, catalog):
+    with Store(tmp_path / "store") as store:
+        assert reconcile(store, np.array([5, 1, 9], dtype=np.int64), catalog).copied == 3
+        report = reconcile(store, [], catalog)
+        assert report.removed == 3 and store.ids() == set()
+
+
+def test_adopts_wanted_orphans_and_drops_the_rest(tmp_path, catalog):
+    root = tmp_path / "store"
+    with Store(root) as store:
+        reconcile(store, [0, 1, 2], catalog)
+        store.commit(0, "p")
+        for i in (40, 41):  # received after the commit, before a crash
+            store.add(catalog.meta(i), catalog.path(i).read_bytes())
+    with Store(root) as store:
+        report = reconcile(store, [0, 1, 40, 50], catalog)
+        assert (report.adopted, report.removed, report.copied) == (1, 1, 1)  # 40 kept, 2 dropped, 50 copied
+        assert not (root / "samples" / "000000041.jpg").exists()
+        assert_store_matches(store, [0, 1, 40, 50], catalog)
+
+
+def test_corrupted_copy_is_detected_and_copied_again(tmp_path, catalog):
+    root = tmp_path / "store"
+    with Store(root) as store:
+        reconcile(store, range(10), catalog)
+        store.commit(0, "p")
+    damaged = root / "samples" / "000000004.jpg"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0xFF  # same size, one flipped byte: only the checksum sees it
+    damaged.write_bytes(bytes(data))
+    with Store(root) as store:
+        work = assess(store, range(10), catalog)
+        assert work.corrupt == [4] and work.to_copy == [4] and work.changed == []
+        report = execute(store, work, catalog)
+        assert (report.copied, report.corrupt) == (1, 1)
+        assert_store_matches(store, range(10), catalog)
+
+
+def test_dataset_changed_since_staging_is_reported_and_recopied(tmp_path, catalog):
+    with Store(tmp_path / "store") as store:
+        reconcile(store, range(10), catalog)
+        source = catalog.path(7)
+        source.write_bytes(source.read_bytes() + b"\0")  # appended: size and mtime change
+        work = assess(store, range(10), catalog)
+        assert work.changed == [7] and work.to_copy == [7]
+        execute(store, work, catalog)
+        assert store.read_bytes(7) == source.read_bytes()
+        stat = source.stat()
+        os.utime(source, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched only: mtime
+        assert assess(store, range(10), catalog).changed == [7]
+
+
+def test_a_vanished_source_file_is_named(tmp_path, catalog):
+    catalog.path(3).unlink()
+    with Store(tmp_path / "store") as store, pytest.raises(ValueError, match=f"disappeared.*{catalog.relpaths[3]}"):
+        assess(store, range(5), catalog)
+
+
+def test_large_files_are_streamed_in_chunks(tmp_path, catalog, monkeypatch):
+    monkeypatch.setattr(store_module, "CHUNK_BYTES", 97)  # every synthetic JPEG spans many chunks
+    with Store(tmp_path / "store") as store:
+        reconcile(store, range(6), catalog)
+        assert_store_matches(store, range(6), catalog)
+
+
+def test_capacity_names_the_node_and_the_numbers(tmp_path):
+    demands = [NodeDemand("n1", 300 << 20, 0, 0, 1 << 40), NodeDemand("n1", 300 << 20, 0, 0, 1 << 40)]
+    check_capacity(tmp_path, demands, 0.5, None)  # plenty of disk
+    with pytest.raises(ConfigError) as err:
+        check_capacity(tmp_path, demands, 0.5, max_bytes=500 << 20)
+    message = str(err.value)
+    assert "n1" in message and "500.0 MiB" in message and "600.0 MiB" in message and "q=0.5" in message
+    assert "lower q" in message and err.value.collective
+    short_disk = [NodeDemand("n2", 2 << 30, 1 << 30, 0, (1 << 30) - 1)]
+    with pytest.raises(ConfigError, match="n2.*2.00 GiB"):
+        check_capacity(tmp_path, short_disk, 0.0, None)
+
+
+def test_demand_reserves_room_for_the_exchange(tmp_path, catalog):
+    with Store(tmp_path / "store") as store:
+        work = assess(store, range(20), catalog)
+        need = demand("host", store, work, q=0.5)
+        assert need.need_bytes == work.copy_bytes + int(0.5 * work.target_bytes)
+        assert need.free_bytes == shutil.disk_usage(tmp_path).free or need.free_bytes > 0
+
+
+def test_require_staged_refuses_an_incomplete_store(tmp_path, catalog):
+    with Store(tmp_path / "store") as store:
+        with pytest.raises(StoreError, match="not staged for this run: 5 samples missing.*hpcshuffle stage"):
+            require_staged(assess(store, range(5), catalog), store)
+        reconcile(store, range(5), catalog)
+        require_staged(assess(store, range(5), catalog), store)
+
+
+def test_deepcam_hdf5_samples_stage_byte_for_byte(tmp_path):
+    root = tmp_path / "deepcam"
+    (root / "train").mkdir(parents=True)
+    for index in range(6):
+        with h5py.File(root / "train" / f"data-{index:04d}.h5", "w") as sample:
+            sample["climate/data"] = np.full((16, 24, 16), index, dtype=np.float32)
+            sample["climate/labels_0"] = np.zeros((16, 24), dtype=np.int8)
+    catalog = deepcam.scan(root, "train")
+    assert catalog.relpaths[0] == "train/data-0000.h5" and len(catalog) == 6
+    with Store(tmp_path / "store") as store:
+        reconcile(store, [1, 4], catalog)
+        with h5py.File(store.path(4)) as staged:
+            assert staged["climate/data"][0, 0, 0] == 4
+        assert store.read_bytes(1) == catalog.path(1).read_bytes()
+    with pytest.raises(ValueError, match="DeepCAM split .* not found"):
+        deepcam.scan(root, "validation")
+
+
+def test_unreadable_parts_leave_no_temporaries(tmp_path, catalog):
+    with Store(tmp_path / "store") as store:
+        reconcile(store, range(4), catalog)
+    assert not [p for p in Path(tmp_path / "store").rglob("*") if ".tmp" in p.name]
