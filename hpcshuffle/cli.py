@@ -82,23 +82,29 @@ def parse_ranks(text: str | None, workers: int) -> list[int]:
 
 
 def cmd_stage(args: argparse.Namespace) -> None:
-    """Stage each rank's epoch-0 partition: one rank per MPI process, or several from one process."""
+    """Stage each rank's epoch-0 partition (global: its share of a node replica).
+
+    One rank per MPI process, or several ranks of one node from a single process.
+    """
     from hpcshuffle.formats import deepcam, imagefolder
-    from hpcshuffle.stage import assess, byte_progress, check_capacity, demand, execute, stage_rank, summary
+    from hpcshuffle.stage import (
+        assess, byte_progress, check_capacity, demand, execute, replica_ids, stage_rank, summary,
+    )
     from hpcshuffle.store import Store, rank_dir
     from hpcshuffle.world import discover, on_root
 
-    if args.shuffle == "global":
-        raise ValueError(
-            "global shuffling reads every sample from shared storage each epoch; there is no "
-            "partition to stage (stage for --shuffle local or partial)"
-        )
-    q = FIXED_Q.get(args.shuffle, args.q if args.q is not None else 0.0)
+    # room for the exchange's (1+q)·N/M peak only matters when samples move
+    q = args.q if args.shuffle == "partial" and args.q is not None else 0.0
     scan = imagefolder.scan if args.format == "imagefolder" else deepcam.scan
     world = discover()
     catalog = on_root(world, lambda: scan(args.src, args.split), ValueError, OSError)
     spec = PlanSpec(len(catalog), args.workers, batch_size=1, q=q, seed=args.seed)
     held = next(plan_epochs(spec, args.shuffle, 1)).held
+
+    def target(rank: int, local_rank: int, local_size: int):
+        if args.shuffle == "global":
+            return replica_ids(spec.num_samples, local_rank, local_size)
+        return held[rank]
     max_bytes = None if args.max_gib is None else int(args.max_gib * 2**30)
     plan_key = f"staged:{catalog.fingerprint()}:{args.workers}:{args.seed}"
     progress = sys.stderr.isatty()
@@ -106,14 +112,18 @@ def cmd_stage(args: argparse.Namespace) -> None:
         if world.size != args.workers:
             raise ValueError(f"--workers {args.workers} but this job has {world.size} MPI ranks; they must match")
         with Store(rank_dir(args.dst, world.rank)) as store:
-            stage_rank(world, store, held[world.rank], catalog, q=q, threads=args.threads,
-                       max_bytes=max_bytes, progress=progress)
+            stage_rank(world, store, target(world.rank, world.local_rank, world.local_size), catalog, q=q,
+                       threads=args.threads, max_bytes=max_bytes, progress=progress)
             store.commit(0, plan_key)
         return
     ranks = parse_ranks(args.ranks, args.workers)
     stores = [Store(rank_dir(args.dst, rank)) for rank in ranks]
     try:
-        works = [assess(store, held[rank], catalog, args.threads) for rank, store in zip(ranks, stores)]
+        # the ranks staged here are taken to be one node's, in local-rank order
+        works = [
+            assess(store, target(rank, index, len(ranks)), catalog, args.threads)
+            for index, (rank, store) in enumerate(zip(ranks, stores))
+        ]
         check_capacity(Path(args.dst), [demand(world.hostname, s, w, q) for s, w in zip(stores, works)], q, max_bytes)
         reports = []
         with byte_progress(sum(w.copy_bytes for w in works), progress) as bar:

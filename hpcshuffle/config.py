@@ -37,6 +37,7 @@ class RunConfig:
     weight_decay: float
     local_dir: Path
     stage: bool
+    replica: bool
     stage_threads: int
     max_bytes: int | None
     loader_workers: int
@@ -55,6 +56,11 @@ class RunConfig:
             raise ConfigError(
                 f"shuffle={self.shuffle} means q={FIXED_Q[self.shuffle]}, got shuffle.q={self.q}; "
                 f"use shuffle=partial shuffle.q={self.q} to exchange a fraction"
+            )
+        if self.replica and self.shuffle != "global":
+            raise ConfigError(
+                f"storage.replica=true keeps a full replica per node for shuffle=global; "
+                f"shuffle={self.shuffle} stages only each rank's partition: drop storage.replica"
             )
         if self.max_bytes is not None and self.max_bytes <= 0:
             raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_bytes / 2**30:g}")
@@ -83,6 +89,7 @@ class RunConfig:
             weight_decay=float(cfg.optim.weight_decay),
             local_dir=Path(cfg.storage.local_dir),
             stage=bool(cfg.storage.stage),
+            replica=bool(cfg.storage.replica),
             stage_threads=int(cfg.storage.threads),
             max_bytes=None if cfg.storage.max_gib is None else int(float(cfg.storage.max_gib) * 2**30),
             loader_workers=int(cfg.loader.workers),

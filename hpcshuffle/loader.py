@@ -32,25 +32,28 @@ def image_transform(train: bool) -> v2.Compose:
 
 
 class ImageSamples(Dataset):
-    """Images by sample id, read from a store directory or from the dataset root.
+    """Images by sample id, read from node-local stores or from the dataset root.
 
     Args:
         catalog: the split's listing (labels, file names).
-        store_root: the rank's store directory, or None to read `catalog.root` (shared storage).
+        store_roots: where sample `i` lives: `store_roots[i % len(store_roots)]`. One root: the
+            rank's own store (local, partial). Several: a node replica split over the node's
+            ranks (global with storage.replica). None: `catalog.root`, i.e. shared storage.
     """
 
-    def __init__(self, catalog: Catalog, store_root: Path | None, train: bool) -> None:
+    def __init__(self, catalog: Catalog, store_roots: list[Path] | None, train: bool) -> None:
         self.catalog = catalog
-        self.store_root = store_root
+        self.store_roots = store_roots
         self.transform = image_transform(train)
 
     def __len__(self) -> int:
         return len(self.catalog)
 
     def path(self, sample_id: int) -> Path:
-        if self.store_root is None:
+        if not self.store_roots:
             return self.catalog.path(sample_id)
-        return sample_path(self.store_root, sample_id, self.catalog.relpaths[sample_id])
+        root = self.store_roots[sample_id % len(self.store_roots)]
+        return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
     def __getitem__(self, sample_id: int) -> tuple[torch.Tensor, int, int]:
         with Image.open(self.path(sample_id)) as image:

@@ -65,6 +65,14 @@ class StageReport:
     seconds: float
 
 
+def replica_ids(num_samples: int, local_rank: int, local_size: int) -> range:
+    """A node's full replica, split over its ranks: local rank l keeps ids l, l+L, l+2L, ...
+
+    `ImageSamples` finds sample i in the store of local rank i % L.
+    """
+    return range(local_rank, num_samples, local_size)
+
+
 def stat_sources(catalog: Catalog, sample_ids: Iterable[int], threads: int) -> dict[int, SourceFile]:
     """Size and mtime of each source file, statted in parallel (parallel file systems reward it)."""
     sample_ids = list(sample_ids)
@@ -265,7 +273,7 @@ def summary(reports: list[StageReport], changed_examples: list[str], local_dir: 
     rate = copied_bytes / seconds / 2**20 if seconds > 0 else 0.0
     lines = [
         f"staged {len(reports)} ranks into {local_dir}: copied {copied} samples ({gib(copied_bytes)}) "
-        f"in {seconds:.1f} s ({rate:.1f} MiB/s), removed {sum(r.removed for r in reports)}, "
+        f"in {seconds:.3f} s ({rate:.1f} MiB/s), removed {sum(r.removed for r in reports)}, "
         f"re-adopted {sum(r.adopted for r in reports)}"
     ]
     changed = sum(r.changed for r in reports)

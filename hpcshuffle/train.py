@@ -32,7 +32,7 @@ from hpcshuffle.formats.synthetic import GENERATOR_VERSION, synth_imagefolder
 from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
-from hpcshuffle.stage import stage_rank
+from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
 from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_root
 
@@ -84,8 +84,8 @@ def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
     marker.write_text(json.dumps(wanted))
 
 
-def open_store(world: World, config: RunConfig, plan: EpochPlan, catalog: Catalog, plan_key: str) -> Store:
-    """Open this rank's store and make it hold exactly the epoch-0 partition (staging it if asked)."""
+def open_store(world: World, config: RunConfig, target_ids, catalog: Catalog, plan_key: str) -> Store:
+    """Open this rank's store and make it hold exactly `target_ids` (staging them if asked)."""
     store, problem = None, None
     try:
         store = Store(rank_dir(config.local_dir, world.rank))
@@ -93,10 +93,10 @@ def open_store(world: World, config: RunConfig, plan: EpochPlan, catalog: Catalo
         problem = str(err)
     agree(world, problem)
     stage_rank(
-        world, store, plan.held[world.rank], catalog, q=config.q, threads=config.stage_threads,
-        max_bytes=config.max_bytes, copy=config.stage, progress=config.progress,
+        world, store, target_ids, catalog, q=config.q if config.shuffle == "partial" else 0.0,
+        threads=config.stage_threads, max_bytes=config.max_bytes, copy=config.stage, progress=config.progress,
     )
-    store.commit(plan.epoch, plan_key)
+    store.commit(0, plan_key)
     return store
 
 
@@ -141,10 +141,18 @@ class Trainer:
         self.plans = plan_epochs(self.spec, config.shuffle, config.epochs)
         self.first_plan = next(self.plans)
 
-        self.store = None
+        self.store = None  # this rank's partition (local, partial)
+        self.replica = None  # this rank's share of its node's full replica (global, storage.replica)
+        store_roots = None  # None: read shared storage
         if config.shuffle != "global":
-            self.store = open_store(world, config, self.first_plan, self.train_catalog, self.plan_key)
-        self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store else None
+            self.store = open_store(world, config, self.first_plan.held[world.rank], self.train_catalog, self.plan_key)
+            store_roots = [self.store.root]
+        elif config.replica:
+            share = replica_ids(self.spec.num_samples, world.local_rank, world.local_size)
+            self.replica = open_store(world, config, share, self.train_catalog, self.plan_key)
+            store_roots = [rank_dir(config.local_dir, rank) for rank in world.node_ranks]
+        self.reads_local = store_roots is not None
+        self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store is not None else None
 
         init_torch_distributed(world, "nccl" if self.device.type == "cuda" else "gloo")
         self.model = models.build(config.model, num_classes=len(self.train_catalog.classes)).to(self.device)
@@ -155,10 +163,9 @@ class Trainer:
         )
         self.loss_fn = nn.CrossEntropyLoss()
 
-        store_root = self.store.root if self.store else None
         self.order = EpochOrder()
         self.train_loader = make_loader(
-            ImageSamples(self.train_catalog, store_root, train=True), self.order, config.batch_size,
+            ImageSamples(self.train_catalog, store_roots, train=True), self.order, config.batch_size,
             config.loader_workers, pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
@@ -183,8 +190,8 @@ class Trainer:
 
     def train_epoch(self, plan: EpochPlan) -> tuple[RankEpoch, list[int], list[int]]:
         rank, row = self.world.rank, RankEpoch()
-        held = sorted(self.store.ids()) if self.store else []
-        if self.store and held != plan.held[rank].tolist():
+        held = sorted(self.store.ids()) if self.store is not None else []
+        if self.store is not None and held != plan.held[rank].tolist():
             diff = self.store.verify(plan.held[rank])
             raise StoreError(
                 f"rank {rank}'s store does not hold what epoch {plan.epoch}'s plan says: "
@@ -225,13 +232,12 @@ class Trainer:
                     self.scheduler.synchronize()
                     row.samples["store_peak"] = len(self.store)
                     self.scheduler.clean_local_storage()
-        local = self.store is not None
-        row.samples["read_local" if local else "read_shared"] = len(trained)
+        row.samples["read_local" if self.reads_local else "read_shared"] = len(trained)
         if self.scheduler:
             row.samples["sent"] = self.scheduler.traffic.sent
             row.samples["received"] = self.scheduler.traffic.received
-        elif local:
-            row.samples["store_peak"] = len(self.store)
+        elif self.replica is not None:
+            row.samples["store_peak"] = len(self.replica)
         return row, trained, held
 
     @torch.no_grad()
@@ -275,8 +281,9 @@ class Trainer:
     def close(self) -> None:
         if self.scheduler:
             self.scheduler.close()
-        if self.store:
-            self.store.close()
+        for store in (self.store, self.replica):
+            if store is not None:
+                store.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 

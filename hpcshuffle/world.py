@@ -26,6 +26,7 @@ class World:
     size: int
     local_rank: int  # rank among the processes on this node
     local_size: int
+    node_ranks: tuple[int, ...]  # the global ranks on this node, by local rank
     hostname: str
     comm: MPI.Comm  # for small metadata only (pickle-based calls); payloads go through exchange.py
 
@@ -42,6 +43,7 @@ def discover() -> World:
         size=comm.Get_size(),
         local_rank=node.Get_rank(),
         local_size=node.Get_size(),
+        node_ranks=tuple(node.allgather(comm.Get_rank())),
         hostname=socket.gethostname(),
         comm=comm,
     )

@@ -26,6 +26,7 @@ def fails_with(result, *fragments: str) -> None:
         (["shuffle=partial", "shuffle.q=-0.1"], ["shuffle.q must be in [0, 1], got -0.1"]),
         (["shuffle=local", "shuffle.q=0.3"], ["shuffle=local means q=0.0", "shuffle=partial shuffle.q=0.3"]),
         (["shuffle=partial", "batch_size=100"], ["batch size 100 is larger than a worker's share", "52"]),
+        (["shuffle=local", "storage.replica=true"], ["storage.replica=true keeps a full replica per node"]),
         (["dataset.root=/nonexistent/imagenet"], ["/nonexistent/imagenet/train not found", "hpcshuffle synth"]),
     ],
 )

@@ -13,7 +13,8 @@ import pytest
 
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.plan import PlanSpec, initial_partition
+from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.plan import PlanSpec, initial_partition, plan_epochs
 from hpcshuffle.store import Store, rank_dir
 from tests.conftest import REPO, mpi_env, run_mpi, train_args
 
@@ -128,3 +129,24 @@ def test_training_without_staging_refuses_an_unstaged_store(small_dataset, tmp_p
     assert stage(small_dataset, tmp_path / "store").returncode == 0  # stage in a separate step ...
     result = run_mpi(RANKS, args)  # ... then train from it
     assert result.returncode == 0, result.stderr[-3000:]
+
+
+def test_global_shuffling_from_a_node_replica_reads_no_shared_storage(small_dataset, tmp_path):
+    """storage.replica=true: the node holds each sample once, split over its ranks; GS reads it there."""
+    run_dir, store = tmp_path / "run", tmp_path / "store"
+    args = train_args(small_dataset, run_dir, store, "shuffle=global", "storage.replica=true", "audit=true")
+    result = run_mpi(RANKS, args)
+    assert result.returncode == 0, result.stderr[-3000:]
+    held = []
+    for rank in range(RANKS):
+        with Store(rank_dir(store, rank)) as replica:
+            held += sorted(replica.ids())
+            assert all(i % RANKS == rank for i in replica.ids())
+    assert sorted(held) == list(range(211))
+    plans = list(plan_epochs(PlanSpec(211, RANKS, 8, 1.0, 0), "global", 3))
+    audit = read_jsonl(run_dir / "audit.jsonl")
+    for row in audit:
+        assert row["trained"] == plans[row["epoch"]].order[row["rank"]].tolist()
+    for record in read_jsonl(run_dir / "metrics.jsonl"):
+        assert record["samples"]["read_shared"] == 0
+        assert record["samples"]["read_local"] == RANKS * 106

@@ -1,0 +1,24 @@
+"""Benchmarks run in a reduced mode in CI, so they cannot rot; their numbers are not judged here."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, mpi_env
+
+pytestmark = pytest.mark.e2e
+
+
+def test_stage_benchmark_prints_its_ratio_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/stage.py", "--samples", "200", "--size", "32", "--ranks", "2"],
+        cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert re.fullmatch(r"staging/cp ratio: \d+\.\d\d", lines[-1]), lines[-1]
+    assert lines[1].split() == ["method", "seconds", "MiB/s"]
