@@ -2,8 +2,9 @@
 
 One process per rank (mpiexec / srun). Every rank computes the same plan; local and partial
 shuffling train from the node-local store, partial shuffling exchanges samples over MPI during
-the epoch, global shuffling reads the shared dataset. Gradients are averaged with
-torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the allreduce is timed on its own.
+the epoch, global shuffling reads the shared dataset (or a node replica, storage.replica=true).
+Gradients are averaged with torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the
+allreduce is timed on its own.
 """
 
 from __future__ import annotations
