@@ -46,6 +46,10 @@ class RunConfig:
     threads: int
     audit: bool
     progress: bool
+    on_error: str = "fail"
+    resume: str = "auto"
+    checkpoint_every_epochs: int = 1
+    checkpoint_every_steps: int = 0
 
     def __post_init__(self) -> None:
         if self.shuffle not in PLANNERS:
@@ -71,6 +75,16 @@ class RunConfig:
             raise ConfigError(f"loader.workers must be >= 0, got {self.loader_workers}")
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.on_error not in ("fail", "skip"):
+            raise ConfigError(f"loader.on_error must be 'fail' or 'skip', got {self.on_error!r}")
+        if self.resume not in ("auto", "require"):
+            raise ConfigError(
+                f"checkpoint.resume must be 'auto' (continue if the run directory has a checkpoint) or "
+                f"'require' (fail without one), got {self.resume!r}"
+            )
+        for name in ("checkpoint_every_epochs", "checkpoint_every_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name.replace('_', '.', 1)} must be >= 0 (0: off), got {getattr(self, name)}")
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
@@ -98,6 +112,10 @@ class RunConfig:
             threads=int(cfg.threads),
             audit=bool(cfg.audit),
             progress=bool(cfg.progress) and sys.stderr.isatty(),  # logs get the epoch table only
+            on_error=cfg.loader.on_error,
+            resume=cfg.checkpoint.resume,
+            checkpoint_every_epochs=int(cfg.checkpoint.every_epochs),
+            checkpoint_every_steps=int(cfg.checkpoint.every_steps),
         )
 
 

@@ -9,6 +9,8 @@ Per epoch::
     scheduler.synchronize()             # finish, make received samples durable, one barrier
     scheduler.clean_local_storage()     # only now delete what was sent; commit the manifest
 
+`repair(moves)` carries out a one-off set of moves at once (start-up repairs, see stage.py).
+
 Only this module moves sample payloads. Each sample travels as one or more messages with
 numpy byte buffers (Isend / Improbe + Irecv, sizes probed, never a fixed receive buffer); a
 payload larger than `max_message_bytes` is split so that no MPI count exceeds int32. Messages
@@ -18,6 +20,7 @@ sample each message must carry, and checks it.
 
 from __future__ import annotations
 
+import errno
 import struct
 import time
 from collections import deque
@@ -27,7 +30,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from mpi4py import MPI
 
-from hpcshuffle.plan import EpochPlan
+from hpcshuffle import chaos
+from hpcshuffle.plan import EpochPlan, Exchange
 from hpcshuffle.store import SampleMeta, Store
 
 TAG_SAMPLE = 7
@@ -92,6 +96,7 @@ class Scheduler:
         self.timeout_s = timeout_s
         self.max_message_bytes = max_message_bytes
         self.plan: EpochPlan | None = None
+        self._what: str | None = None  # "epoch 3" or "the start-up repair", for messages
         self.traffic = EpochTraffic()
         self._events = 0  # counts every completed step, for the stall watchdog
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-writer")
@@ -101,8 +106,11 @@ class Scheduler:
     def scheduling(self, plan: EpochPlan) -> None:
         """Prepare the epoch: which samples go where, when, and what must arrive from whom."""
         self.plan = plan
+        self._begin(plan.exchange, f"epoch {plan.epoch}")
+
+    def _begin(self, moves: Exchange | None, what: str) -> None:
+        self._moves, self._what = moves, what
         self.traffic = EpochTraffic()
-        moves = plan.exchange
         if moves is None:
             self._sends = np.empty(0, dtype=np.int64)
             self._expected: dict[int, deque[int]] = {}
@@ -122,7 +130,7 @@ class Scheduler:
         Call once per iteration before the forward pass, so the transfers progress during
         forward and backward.
         """
-        moves = self.plan.exchange if self.plan else None
+        moves = self._moves
         if moves is None:
             return
         while self._next_send < len(self._sends) and moves.iteration[self._sends[self._next_send]] <= iteration:
@@ -136,9 +144,9 @@ class Scheduler:
         Ends in one barrier: once it returns on any rank, every rank has fsynced every sample
         it received, so senders may delete their copies.
         """
-        if self.plan is None:
+        if self._what is None:
             raise ExchangeError("synchronize() before scheduling()")
-        self.communicate(self.plan.spec.iterations)
+        self.communicate(np.iinfo(np.int64).max)  # whatever is left to post
         seen, last_progress = self._events, time.monotonic()
         while not self._poll():
             if self._events != seen:
@@ -150,7 +158,43 @@ class Scheduler:
         for write in self._writes:
             write.result()  # re-raises a failed write (e.g. a full disk) here, before the commit
         self.store.sync()
+        chaos.point(self.rank, self.plan.epoch if self.plan else -1, "before_barrier")
         self.comm.Barrier()
+
+    def repair(self, moves: Exchange) -> None:
+        """Carry out `moves` at once; returns when every rank has made what it received durable.
+
+        The caller removes what it gave away (all ranks are past the barrier by then).
+        """
+        self.plan = None
+        self._begin(moves, "the start-up repair")
+        self.synchronize()
+
+    def abandon(self) -> None:
+        """Stop the epoch early (preemption): finish only the messages already posted.
+
+        Posted sends must be received before MPI can shut down, so every rank keeps taking in
+        messages until all ranks' posted sends are done (a non-blocking barrier entered once a
+        rank's own sends are). Nothing is deleted or committed: the store stays at the epoch's
+        start, plus uncommitted received files that the next start reconciles.
+        """
+        if self._what is None:
+            return
+        barrier, seen, last_progress = None, self._events, time.monotonic()
+        while True:
+            self._poll()
+            if barrier is None and not self.traffic.pending_sends:
+                barrier = self.comm.Ibarrier()
+            if barrier is not None and barrier.Test() and not self._pending_recvs:
+                break
+            if self._events != seen:
+                seen, last_progress = self._events, time.monotonic()
+            elif time.monotonic() - last_progress > self.timeout_s:
+                raise ExchangeError(self._stall_report())
+            time.sleep(0.0005)
+        for write in self._writes:
+            write.result()
+        self._what = None
 
     def clean_local_storage(self) -> None:
         """Delete the samples this rank sent, then commit the store for the next epoch."""
@@ -158,7 +202,9 @@ class Scheduler:
             raise ExchangeError("clean_local_storage() before scheduling()")
         moves = self.plan.exchange
         if moves is not None:
-            for row in self._sends:
+            for done, row in enumerate(self._sends):
+                if done == len(self._sends) // 2:
+                    chaos.point(self.rank, self.plan.epoch, "mid_clean")
                 self.store.remove(int(moves.sample_id[row]))
         self.store.commit(self.plan.epoch + 1, self.plan_key)
 
@@ -169,7 +215,7 @@ class Scheduler:
     # -- internals -----------------------------------------------------------------------
 
     def _post_send(self, row: int) -> None:
-        moves = self.plan.exchange
+        moves = self._moves
         sample_id, dst = int(moves.sample_id[row]), int(moves.dst[row])
         data = self.store.read_bytes(sample_id)
         payload = np.frombuffer(encode(self.store.meta(sample_id), data), dtype=np.uint8)
@@ -228,7 +274,16 @@ class Scheduler:
             self.traffic.received_bytes += len(data)
 
     def _write_received(self, source: int, sent: SampleMeta, data: bytes) -> None:
-        stored = self.store.add(sent, data, durable=False)
+        try:
+            stored = self.store.add(sent, data, durable=False)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ExchangeError(
+                f"rank {self.rank}: node-local storage {self.store.root} is full ({err.strerror}) while "
+                f"receiving sample {sent.sample_id} ({len(data)} bytes) in {self._what}; free space there, "
+                "point storage.local_dir at a larger disk, or lower shuffle.q"
+            ) from None
         if stored.checksum != sent.checksum:
             raise ExchangeError(
                 f"rank {self.rank}: sample {sent.sample_id} ({sent.relpath}) from rank {source} arrived "
@@ -261,8 +316,8 @@ class Scheduler:
     def _stall_report(self) -> str:
         missing = {src: list(ids)[:5] for src, ids in self._expected.items() if ids}
         return (
-            f"rank {self.rank}: no exchange progress for {self.timeout_s:.0f} s in epoch "
-            f"{self.plan.epoch}; still expecting samples from ranks {missing} (first ids shown), "
+            f"rank {self.rank}: no exchange progress for {self.timeout_s:.0f} s in "
+            f"{self._what}; still expecting samples from ranks {missing} (first ids shown), "
             f"{len(self.traffic.pending_sends)} send messages unfinished. A peer has likely died "
             "or hung; check its log"
         )

@@ -3,6 +3,10 @@
 Local and partial shuffling read from the node-local store; global shuffling and validation
 read the shared dataset. Items carry their sample id so the training loop can audit exactly
 what it trained on.
+
+Random augmentation is seeded by (run seed, epoch, sample id), not by a process's RNG stream:
+a sample is augmented alike whichever rank reads it, with any number of loader workers, and
+after a resume, so a resumed run repeats an uninterrupted one exactly.
 """
 
 from __future__ import annotations
@@ -13,11 +17,13 @@ from pathlib import Path
 import numpy as np
 import torch
 from PIL import Image
-from torch.utils.data import DataLoader, Dataset, Sampler
+from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from torchvision.transforms import v2
 
-from hpcshuffle.formats.catalog import Catalog
+from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.store import sample_path
+
+ON_ERROR = ("fail", "skip")
 
 MEAN = (0.5, 0.5, 0.5)
 STD = (0.25, 0.25, 0.25)
@@ -31,19 +37,33 @@ def image_transform(train: bool) -> v2.Compose:
     return v2.Compose(steps)
 
 
+def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
+    return int(np.random.SeedSequence([seed, epoch, sample_id]).generate_state(1)[0])
+
+
 class ImageSamples(Dataset):
-    """Images by sample id, read from node-local stores or from the dataset root.
+    """Images keyed by (epoch, sample id), read from node-local stores or from the dataset root.
 
     Args:
         catalog: the split's listing (labels, file names).
         store_roots: where sample `i` lives: `store_roots[i % len(store_roots)]`. One root: the
             rank's own store (local, partial). Several: a node replica split over the node's
             ranks (global with storage.replica). None: `catalog.root`, i.e. shared storage.
+        train: augment (seeded by `seed`, the epoch and the sample id).
+        on_error: a sample that cannot be read or decoded either fails the run naming its file
+            ("fail") or is left out of its batch and counted ("skip"; the item is None).
     """
 
-    def __init__(self, catalog: Catalog, store_roots: list[Path] | None, train: bool) -> None:
+    def __init__(
+        self, catalog: Catalog, store_roots: list[Path] | None, train: bool, seed: int = 0, on_error: str = "fail"
+    ) -> None:
+        if on_error not in ON_ERROR:
+            raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self.catalog = catalog
         self.store_roots = store_roots
+        self.train = train
+        self.seed = seed
+        self.on_error = on_error
         self.transform = image_transform(train)
 
     def __len__(self) -> int:
@@ -55,23 +75,51 @@ class ImageSamples(Dataset):
         root = self.store_roots[sample_id % len(self.store_roots)]
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
-    def __getitem__(self, sample_id: int) -> tuple[torch.Tensor, int, int]:
-        with Image.open(self.path(sample_id)) as image:
-            pixels = self.transform(image.convert("RGB"))
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int] | None:
+        epoch, sample_id = key
+        path = self.path(sample_id)
+        try:
+            with Image.open(path) as image:
+                image = image.convert("RGB")
+        except (OSError, ValueError) as err:
+            if self.on_error == "skip":
+                return None
+            raise DatasetError(
+                f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from {path}: {err}; "
+                "replace or remove the file, or set loader.on_error=skip to leave unreadable samples "
+                "out (they are counted as `skipped` in metrics.jsonl)"
+            ) from None
+        if not self.train:
+            return self.transform(image), self.catalog.labels[sample_id], sample_id
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(augmentation_seed(self.seed, epoch, sample_id))
+            pixels = self.transform(image)
         return pixels, self.catalog.labels[sample_id], sample_id
 
 
-class EpochOrder(Sampler[int]):
-    """Yields the ids the plan says this rank trains on this epoch, in the plan's order."""
+def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, int]:
+    """Batch the readable items; (images, labels, ids, how many were skipped). Images None if all were."""
+    kept = [item for item in items if item is not None]
+    skipped = len(items) - len(kept)
+    if not kept:
+        return None, torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), skipped
+    images, labels, sample_ids = default_collate(kept)
+    return images, labels, sample_ids, skipped
+
+
+class EpochOrder(Sampler[tuple[int, int]]):
+    """Yields (epoch, id) for the ids the plan says this rank trains on this epoch, in the plan's order."""
 
     def __init__(self) -> None:
+        self.epoch = 0
         self.sample_ids: Sequence[int] = ()
 
-    def set_order(self, sample_ids: np.ndarray) -> None:
+    def set_order(self, sample_ids: np.ndarray, epoch: int = 0) -> None:
+        self.epoch = epoch
         self.sample_ids = sample_ids.tolist()
 
-    def __iter__(self) -> Iterator[int]:
-        return iter(self.sample_ids)
+    def __iter__(self) -> Iterator[tuple[int, int]]:
+        return ((self.epoch, sample_id) for sample_id in self.sample_ids)
 
     def __len__(self) -> int:
         return len(self.sample_ids)
@@ -86,4 +134,5 @@ def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: in
         persistent_workers=workers > 0,
         pin_memory=pin_memory,
         drop_last=False,
+        collate_fn=collate_skipping,
     )

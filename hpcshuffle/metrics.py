@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 PHASES = ("io", "exchange", "fwbw", "allreduce", "epoch")
-COUNTERS = ("read_local", "read_shared", "sent", "received", "store_peak")
+# skipped: unreadable samples left out of their batch (loader.on_error=skip)
+COUNTERS = ("read_local", "read_shared", "sent", "received", "store_peak", "skipped")
 
 
 @dataclass
@@ -66,6 +67,19 @@ def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 
 
+def drop_epochs_from(path: Path, epoch: int) -> int:
+    """Remove the records of `epoch` and later (a resumed run writes them again); returns how many."""
+    if not path.exists():
+        return 0
+    records = read_jsonl(path)
+    kept = [record for record in records if record["epoch"] < epoch]
+    if len(kept) < len(records):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(json.dumps(record) + "\n" for record in kept))
+        tmp.replace(path)
+    return len(records) - len(kept)
+
+
 TABLE_HEADER = (
     f"{'epoch':>5} {'io':>8} {'exchange':>9} {'fwbw':>8} {'allreduce':>9} {'epoch_s':>8} "
     f"{'loss':>7} {'val_top1':>8} {'sent':>7} {'recv':>7} {'shared':>7}"
@@ -84,4 +98,6 @@ def table_row(record: dict) -> str:
     )
 
 
-__all__ = ["COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "read_jsonl", "reduce_epoch", "table_row"]
+__all__ = [
+    "COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "drop_epochs_from", "read_jsonl", "reduce_epoch", "table_row",
+]

@@ -1,8 +1,11 @@
-"""Staging: bring each rank's node-local store to what the plan says it holds at epoch 0.
+"""Staging: bring each rank's node-local store to what the plan says it holds at an epoch.
 
 The store is a cache of the plan, so first staging, resuming an interrupted staging, restaging
-for another worker count and repairing a damaged store are one operation: decide what differs
-(`assess`), check the node has room for it (`check_capacity`), move the difference (`execute`).
+for another worker count, recovering after a crash and repairing a damaged store are one
+operation: decide what differs (`assess`), check the node has room for it (`check_capacity`),
+take what other ranks' stores hold from them over MPI (`peer_moves`), then copy only what no
+store holds from shared storage and drop the rest (`execute`). Nothing is deleted before its
+new owner has made its copy durable, so a crash at any point leaves every sample in a store.
 
 Every staged file's size, xxh3 checksum and source mtime go into the store's manifest. A later
 run re-hashes the staged copies (catching corruption) and stats the sources (catching a dataset
@@ -19,10 +22,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 from tqdm import tqdm
 
 from hpcshuffle.errors import ConfigError
+from hpcshuffle.exchange import Scheduler
 from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.plan import Exchange
 from hpcshuffle.store import Store, StoreError, read_chunks
 from hpcshuffle.world import World, agree
 
@@ -40,10 +46,11 @@ class StageWork:
     target: list[int]
     sources: dict[int, SourceFile]  # stat of every target's source file
     to_copy: list[int]  # missing, changed or corrupt
-    to_remove: list[int]  # held but not in the target
+    to_remove: list[int]  # held but not in the target (another rank's, or no longer planned)
     changed: list[int]  # staged, but the source's size or mtime differs now
     corrupt: list[int]  # staged, but the copy no longer matches its checksum
-    adopted: int  # uncommitted files (received before a crash) taken back
+    adopted: int  # uncommitted files of the target (received before a crash) taken back
+    from_peers: int = 0  # of to_copy, taken from other ranks' stores before `execute`
 
     @property
     def copy_bytes(self) -> int:
@@ -56,13 +63,14 @@ class StageWork:
 
 @dataclass(frozen=True)
 class StageReport:
-    copied: int
+    copied: int  # from shared storage
     copied_bytes: int
     removed: int
     changed: int
     corrupt: int
     adopted: int
     seconds: float
+    from_peers: int = 0
 
 
 def replica_ids(num_samples: int, local_rank: int, local_size: int) -> range:
@@ -82,6 +90,8 @@ def stat_sources(catalog: Catalog, sample_ids: Iterable[int], threads: int) -> d
             info = os.stat(catalog.path(sample_id))
         except FileNotFoundError:
             return None
+        except OSError as err:
+            raise DatasetError(f"cannot stat {catalog.path(sample_id)}: {err.strerror}; check its permissions") from None
         return SourceFile(info.st_size, info.st_mtime_ns)
 
     with ThreadPoolExecutor(threads) as pool:
@@ -100,11 +110,15 @@ def assess(store: Store, target_ids: Iterable[int], catalog: Catalog, threads: i
     target = sorted({int(i) for i in target_ids})
     sources = stat_sources(catalog, target, threads)
     wanted = set(target)
-    adopted = 0
-    for sample_id in sorted(wanted & set(store.orphans)):
-        store.adopt(replace(catalog.meta(sample_id), source_mtime_ns=sources[sample_id].mtime_ns))
-        adopted += 1
-    store.discard_orphans()
+    # every uncommitted file of this dataset is taken back, not just the wanted ones: after a
+    # crash past an exchange's barrier it may be the only copy of a sample another rank wants
+    orphans = [i for i in sorted(store.orphans) if i < len(catalog)]
+    orphan_sources = stat_sources(catalog, [i for i in orphans if i not in wanted], threads)
+    for sample_id in orphans:
+        source = sources.get(sample_id) or orphan_sources[sample_id]
+        store.adopt(replace(catalog.meta(sample_id), source_mtime_ns=source.mtime_ns))
+    adopted = len(wanted.intersection(orphans))
+    store.discard_orphans()  # ids beyond this dataset
     staged = sorted(wanted & store.ids())
     changed = [
         i for i in staged
@@ -172,6 +186,57 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
+def peer_moves(wants: list[np.ndarray], offers: list[np.ndarray]) -> Exchange | None:
+    """Moves that give each rank the samples it wants from the lowest other rank offering them.
+
+    Pure; every rank computes it from the same gathered lists. Samples no rank offers are left
+    for `execute` to copy from shared storage. None when nothing moves.
+    """
+    holder: dict[int, int] = {}
+    for rank in reversed(range(len(offers))):
+        holder.update(dict.fromkeys(offers[rank].tolist(), rank))
+    rows = [
+        (holder[sample_id], rank, sample_id)
+        for rank, wanted in enumerate(wants)
+        for sample_id in wanted.tolist()
+        if holder.get(sample_id, rank) != rank
+    ]
+    if not rows:
+        return None
+    src, dst, sample_id = (np.array(column, dtype=np.int64) for column in zip(*rows))
+    return Exchange(
+        slots=len(rows), slot=np.arange(len(rows)), src=src, dst=dst, sample_id=sample_id,
+        iteration=np.zeros(len(rows), dtype=np.int64),
+    )
+
+
+def take_from_peers(world: World, store: Store, work: StageWork, timeout_s: float) -> StageWork:
+    """Collective: receive from other ranks' stores what `work` must copy; the rest is left to copy.
+
+    What the ranks received is durable everywhere when this returns, so `execute` may then
+    delete what this rank gave away.
+    """
+    wants = np.setdiff1d(work.to_copy, work.changed)  # a changed source: only shared storage has it
+    offers = np.array(sorted(store.ids() - set(work.corrupt) - set(work.changed)), dtype=np.int64)
+    gathered = world.comm.allgather((wants, offers))
+    moves = peer_moves([w for w, _ in gathered], [o for _, o in gathered])
+    if moves is None:
+        return work
+    scheduler = Scheduler(world.comm, store, plan_key="", timeout_s=timeout_s)
+    try:
+        scheduler.repair(moves)
+    finally:
+        scheduler.close()
+    received = moves.sample_id[moves.dst == world.rank].tolist()
+
+    def current(sample_id: int) -> bool:  # the sender's copy was staged from today's source file
+        meta, source = store.meta(sample_id), work.sources[sample_id]
+        return (meta.nbytes, meta.source_mtime_ns) == (source.nbytes, source.mtime_ns)
+
+    good = {i for i in received if current(i)}
+    return replace(work, to_copy=[i for i in work.to_copy if i not in good], from_peers=len(good))
+
+
 def execute(
     store: Store,
     work: StageWork,
@@ -187,7 +252,13 @@ def execute(
     def copy(sample_id: int) -> int:
         source = work.sources[sample_id]
         meta = replace(catalog.meta(sample_id), source_mtime_ns=source.mtime_ns)
-        stored = store.add(meta, read_chunks(catalog.path(sample_id)), durable=False)
+        try:
+            stored = store.add(meta, read_chunks(catalog.path(sample_id)), durable=False)
+        except (IsADirectoryError, PermissionError) as err:
+            raise DatasetError(
+                f"cannot read {catalog.path(sample_id)} ({err.strerror}); fix its permissions or "
+                "remove it from the dataset"
+            ) from None
         if stored.nbytes != source.nbytes:
             raise DatasetError(
                 f"{catalog.path(sample_id)} changed size while being staged "
@@ -208,6 +279,7 @@ def execute(
         corrupt=len(work.corrupt),
         adopted=work.adopted,
         seconds=time.perf_counter() - started,
+        from_peers=work.from_peers,
     )
 
 
@@ -217,12 +289,12 @@ def byte_progress(total_bytes: int, enabled: bool, desc: str = "stage") -> tqdm:
 
 
 def require_staged(work: StageWork, store: Store) -> None:
-    """With staging off, an incomplete store is an error, not something to fix silently."""
-    if work.to_copy or work.to_remove:
+    """With staging off, samples that no store holds are an error, not something to fix silently."""
+    if work.to_copy:
         raise StoreError(
-            f"{store.root} is not staged for this run: {len(work.to_copy)} samples missing or stale, "
-            f"{len(work.to_remove)} extra; run `hpcshuffle stage` with the run's dataset, workers "
-            "and seed first, or set storage.stage=true"
+            f"{store.root} is not staged for this run: {len(work.to_copy)} samples missing or stale "
+            f"(e.g. {work.to_copy[:3]}) and held by no other rank; run `hpcshuffle stage` with the "
+            "run's dataset, workers and seed first, or set storage.stage=true"
         )
 
 
@@ -237,11 +309,13 @@ def stage_rank(
     max_bytes: int | None = None,
     copy: bool = True,
     progress: bool = False,
+    timeout_s: float = 300.0,
 ) -> StageReport:
     """Collective: every rank stages its own store; rank 0 shows progress and prints a summary.
 
-    With copy=False nothing is copied and an incomplete store is an error (for jobs that stage
-    in a separate step).
+    Samples another rank's store holds come from there over MPI; only the rest is read from
+    shared storage. With copy=False nothing is read from shared storage and a sample that no
+    store holds is an error (for jobs that stage in a separate step).
     """
     work, problem = None, None
     try:
@@ -250,6 +324,7 @@ def stage_rank(
         problem = str(err)
     agree(world, problem)
     check_capacity(store.root.parent, world.comm.allgather(demand(world.hostname, store, work, q)), q, max_bytes)
+    work = take_from_peers(world, store, work, timeout_s)
     if not copy:
         problem = None
         try:
@@ -276,6 +351,9 @@ def summary(reports: list[StageReport], changed_examples: list[str], local_dir: 
         f"in {seconds:.3f} s ({rate:.1f} MiB/s), removed {sum(r.removed for r in reports)}, "
         f"re-adopted {sum(r.adopted for r in reports)}"
     ]
+    from_peers = sum(r.from_peers for r in reports)
+    if from_peers:
+        lines[0] += f", took {from_peers} from other ranks' stores"
     changed = sum(r.changed for r in reports)
     if changed:
         lines.append(

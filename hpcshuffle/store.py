@@ -130,15 +130,19 @@ def atomic_write(path: Path, chunks: Iterable[bytes], *, durable: bool = True) -
     """
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
     hasher, nbytes = xxhash.xxh3_64(), 0
-    with open(tmp, "wb") as out:
-        for chunk in chunks:
-            out.write(chunk)
-            hasher.update(chunk)
-            nbytes += len(chunk)
-        if durable:
-            out.flush()
-            os.fsync(out.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "wb") as out:
+            for chunk in chunks:
+                out.write(chunk)
+                hasher.update(chunk)
+                nbytes += len(chunk)
+            if durable:
+                out.flush()
+                os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a failed source read or a full disk leaves nothing behind
+        raise
     if durable:
         _fsync_dir(path.parent)
     return hasher.hexdigest(), nbytes

@@ -5,6 +5,11 @@ shuffling train from the node-local store, partial shuffling exchanges samples o
 the epoch, global shuffling reads the shared dataset (or a node replica, storage.replica=true).
 Gradients are averaged with torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the
 allreduce is timed on its own.
+
+A run directory holding a checkpoint is resumed (checkpoint.py): the plan of the checkpoint's
+epoch is recomputed, every store is reconciled to it (stage.py, from peers first), and training
+continues at the checkpoint's step. SIGUSR1 / SIGTERM stop all ranks at one iteration, write a
+checkpoint and exit with code 75 so that the job script can requeue.
 """
 
 from __future__ import annotations
@@ -24,14 +29,15 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from tqdm import tqdm
 
-from hpcshuffle import models
+from hpcshuffle import chaos, checkpoint, models
+from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE, Preempted, Preemption, RankState, restore_rng, rng_state
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import ExchangeError, Scheduler
 from hpcshuffle.formats.imagefolder import Catalog, DatasetError, scan
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION, synth_imagefolder
 from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
-from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
+from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, drop_epochs_from, reduce_epoch, table_row
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
@@ -85,8 +91,8 @@ def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
     marker.write_text(json.dumps(wanted))
 
 
-def open_store(world: World, config: RunConfig, target_ids, catalog: Catalog, plan_key: str) -> Store:
-    """Open this rank's store and make it hold exactly `target_ids` (staging them if asked)."""
+def open_store(world: World, config: RunConfig, target_ids, catalog: Catalog, plan_key: str, epoch: int) -> Store:
+    """Open this rank's store and make it hold exactly `target_ids`, the plan's at `epoch`."""
     store, problem = None, None
     try:
         store = Store(rank_dir(config.local_dir, world.rank))
@@ -96,8 +102,9 @@ def open_store(world: World, config: RunConfig, target_ids, catalog: Catalog, pl
     stage_rank(
         world, store, target_ids, catalog, q=config.q if config.shuffle == "partial" else 0.0,
         threads=config.stage_threads, max_bytes=config.max_bytes, copy=config.stage, progress=config.progress,
+        timeout_s=config.exchange_timeout_s,
     )
-    store.commit(0, plan_key)
+    store.commit(epoch, plan_key)
     return store
 
 
@@ -139,18 +146,27 @@ class Trainer:
         self.plan_key = config_digest(
             f"{self.train_catalog.fingerprint()} {self.spec} {config.shuffle}"
         )
-        self.plans = plan_epochs(self.spec, config.shuffle, config.epochs)
+        self.identity = {
+            "shuffle": config.shuffle, "num_samples": self.spec.num_samples, "num_ranks": world.size,
+            "batch_size": config.batch_size, "q": config.q, "seed": config.seed,
+            "dataset": self.train_catalog.fingerprint(),
+        }
+        resumed = self.find_checkpoint()
+        self.start_epoch, self.start_step = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
+        self.plans = plan_epochs(self.spec, config.shuffle, config.epochs, self.start_epoch)
         self.first_plan = next(self.plans)
 
         self.store = None  # this rank's partition (local, partial)
         self.replica = None  # this rank's share of its node's full replica (global, storage.replica)
         store_roots = None  # None: read shared storage
         if config.shuffle != "global":
-            self.store = open_store(world, config, self.first_plan.held[world.rank], self.train_catalog, self.plan_key)
+            self.store = open_store(
+                world, config, self.first_plan.held[world.rank], self.train_catalog, self.plan_key, self.start_epoch
+            )
             store_roots = [self.store.root]
         elif config.replica:
             share = replica_ids(self.spec.num_samples, world.local_rank, world.local_size)
-            self.replica = open_store(world, config, share, self.train_catalog, self.plan_key)
+            self.replica = open_store(world, config, share, self.train_catalog, self.plan_key, self.start_epoch)
             store_roots = [rank_dir(config.local_dir, rank) for rank in world.node_ranks]
         self.reads_local = store_roots is not None
         self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store is not None else None
@@ -163,16 +179,20 @@ class Trainer:
             self.model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
         )
         self.loss_fn = nn.CrossEntropyLoss()
+        self.carried: RankState | None = None  # the interrupted epoch's progress, when resuming inside one
+        if resumed:
+            self.restore(resumed)
+        self.preemption = Preemption(world.comm)
 
         self.order = EpochOrder()
         self.train_loader = make_loader(
-            ImageSamples(self.train_catalog, store_roots, train=True), self.order, config.batch_size,
-            config.loader_workers, pin_memory=self.device.type == "cuda",
+            ImageSamples(self.train_catalog, store_roots, train=True, seed=config.seed, on_error=config.on_error),
+            self.order, config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
         val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
         self.val_loader = make_loader(
-            ImageSamples(self.val_catalog, None, train=False), val_order, 2 * config.batch_size,
+            ImageSamples(self.val_catalog, None, train=False, on_error=config.on_error), val_order, 2 * config.batch_size,
             config.loader_workers, pin_memory=self.device.type == "cuda",
         )
 
@@ -181,16 +201,35 @@ class Trainer:
         say(world, f"{config.shuffle} shuffling (q={config.q}), {world.size} ranks, N={self.spec.num_samples}, "
                     f"b={config.batch_size}, {self.spec.iterations} iterations/epoch -> {self.run_dir}")
         say(world, TABLE_HEADER)
-        plan = self.first_plan
-        for epoch in range(config.epochs):
-            if epoch > 0:
-                plan = next(self.plans)
-            row, trained, held = self.train_epoch(plan)
+        for epoch in range(self.start_epoch, config.epochs):
+            plan = self.first_plan if epoch == self.start_epoch else next(self.plans)
+            first_step = self.start_step if epoch == self.start_epoch else 0
+            row, trained, held, stopped = self.train_epoch(plan, first_step)
+            if stopped is not None:
+                path = self.save_checkpoint(epoch, stopped, row, trained)
+                signals = self.world.comm.gather(self.preemption.signalled, root=0) or []
+                got = {rank: name for rank, name in enumerate(signals) if name}
+                raise Preempted(
+                    f"stopped at epoch {epoch}, step {stopped} on request ({got}: signal by rank); checkpoint "
+                    f"{path}; run the same command again (same run directory) to continue, as "
+                    "jobs/train.sbatch does after requeueing"
+                )
             val_top1 = self.validate()
             self.record(plan, row, trained, held, val_top1)
+            chaos.point(world.rank, epoch, "before_checkpoint")
+            every = config.checkpoint_every_epochs
+            if every and ((epoch + 1) % every == 0 or epoch + 1 == config.epochs):
+                self.save_checkpoint(epoch + 1, 0)
 
-    def train_epoch(self, plan: EpochPlan) -> tuple[RankEpoch, list[int], list[int]]:
-        rank, row = self.world.rank, RankEpoch()
+    def train_epoch(self, plan: EpochPlan, first_step: int) -> tuple[RankEpoch, list[int], list[int], int | None]:
+        """Train on this rank's order of `plan` from iteration `first_step`.
+
+        Returns the counters, the ids trained on, the ids held at the start, and the iteration
+        at which a preemption stopped the epoch (None when it ran to its end).
+        """
+        rank, row, trained = self.world.rank, RankEpoch(), []
+        if self.carried is not None:
+            row, trained, self.carried = self.carried.row, self.carried.trained, None
         held = sorted(self.store.ids()) if self.store is not None else []
         if self.store is not None and held != plan.held[rank].tolist():
             diff = self.store.verify(plan.held[rank])
@@ -199,54 +238,133 @@ class Trainer:
                 f"{len(diff.missing)} missing (e.g. {diff.missing[:5]}), {len(diff.extra)} extra "
                 f"(e.g. {diff.extra[:5]}); was {self.store.root} changed by another job?"
             )
-        self.order.set_order(plan.order[rank])
+        self.order.set_order(plan.order[rank][first_step * self.config.batch_size :], plan.epoch)
         self.model.train()
-        trained: list[int] = []
+        stopped, every_steps = None, self.config.checkpoint_every_steps
         with row.phase("epoch", self.sync):
             if self.scheduler:
                 with row.phase("exchange"):
                     self.scheduler.scheduling(plan)
             batches = iter(self.train_loader)
-            progress = tqdm(range(self.spec.iterations), desc=f"epoch {plan.epoch}", leave=False,
+            progress = tqdm(range(first_step, self.spec.iterations), desc=f"epoch {plan.epoch}", leave=False,
                             disable=not (self.config.progress and self.world.is_root))
             for iteration in progress:
+                if self.preemption.poll():
+                    stopped = iteration
+                    break
+                if every_steps and iteration > first_step and iteration % every_steps == 0:
+                    self.save_checkpoint(plan.epoch, iteration, row, trained)
+                chaos.point(rank, plan.epoch, f"iteration-{iteration}")
                 with row.phase("io"):
-                    images, labels, sample_ids = next(batches)
+                    images, labels, sample_ids, skipped = next(batches)
                 if self.scheduler:
                     # overlap: post this iteration's q·b sends before FW so they progress during FW/BW
                     with row.phase("exchange"):
                         self.scheduler.communicate(iteration)
                 with row.phase("fwbw", self.sync):
-                    images = images.to(self.device, non_blocking=True)
-                    labels = labels.to(self.device, non_blocking=True)
-                    loss = self.loss_fn(self.model(images), labels)
                     self.optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
+                    if images is None:  # every sample of the batch was unreadable and skipped
+                        for parameter in self.model.parameters():
+                            parameter.grad = torch.zeros_like(parameter)  # still join the allreduce
+                    else:
+                        images = images.to(self.device, non_blocking=True)
+                        labels = labels.to(self.device, non_blocking=True)
+                        loss = self.loss_fn(self.model(images), labels)
+                        loss.backward()
+                        row.loss_sum += loss.item()
                 with row.phase("allreduce", self.sync):
                     average_gradients(self.model, self.world.size)
                     self.optimizer.step()
-                row.loss_sum += loss.item()
                 row.iterations += 1
+                row.samples["skipped"] += skipped
                 trained += sample_ids.tolist()
             if self.scheduler:
                 with row.phase("exchange"):
-                    self.scheduler.synchronize()
-                    row.samples["store_peak"] = len(self.store)
-                    self.scheduler.clean_local_storage()
+                    if stopped is not None:
+                        self.scheduler.abandon()
+                    else:
+                        self.scheduler.synchronize()
+                        row.samples["store_peak"] = len(self.store)
+                        self.scheduler.clean_local_storage()
         row.samples["read_local" if self.reads_local else "read_shared"] = len(trained)
         if self.scheduler:
             row.samples["sent"] = self.scheduler.traffic.sent
             row.samples["received"] = self.scheduler.traffic.received
         elif self.replica is not None:
             row.samples["store_peak"] = len(self.replica)
-        return row, trained, held
+        return row, trained, held, stopped
+
+    # -- checkpoints ---------------------------------------------------------------------
+
+    def find_checkpoint(self) -> dict | None:
+        """Collective: the run directory's checkpoint if there is one (and it fits this run)."""
+        config, world = self.config, self.world
+
+        def read() -> dict | None:
+            found = checkpoint.load(self.run_dir)
+            if found is None:
+                if config.resume == "require":
+                    raise ConfigError(
+                        f"checkpoint.resume=require but {self.run_dir} holds no {checkpoint.FILE}; pass "
+                        "the run directory of the interrupted run as hydra.run.dir"
+                    )
+                return None
+            checkpoint.check_resumable(found, self.identity, config.epochs, self.run_dir)
+            for name in ("metrics.jsonl", "audit.jsonl"):  # records the resumed run writes again
+                dropped = drop_epochs_from(self.run_dir / name, found["epoch"])
+                if dropped:
+                    print(f"resume: dropped {dropped} records of epoch {found['epoch']} on from {name}", flush=True)
+            return found
+
+        found = on_root(world, read, ConfigError)
+        if found is None:
+            return None
+        saved_ranks = found["plan"]["num_ranks"]
+        say(world, f"resume: {self.run_dir / checkpoint.FILE} at epoch {found['epoch']}, step {found['step']} "
+                   f"(written by {saved_ranks} ranks)")
+        if saved_ranks != world.size:
+            say(world, f"resume: {world.size} ranks instead of {saved_ranks}: re-planned for {world.size} "
+                       f"workers; each store is restaged to the new plan's epoch {found['epoch']} partition, "
+                       "from other ranks' stores first, then from shared storage")
+            if found["step"]:
+                say(world, f"resume: the checkpoint is inside epoch {found['epoch']}; with a new worker count "
+                           "its plan differs, so the epoch restarts from step 0 with the checkpoint's weights")
+                found["step"] = 0
+        return found
+
+    def restore(self, found: dict) -> None:
+        self.model.load_state_dict(found["model"])
+        self.optimizer.load_state_dict(found["optimizer"])
+        if found["plan"]["num_ranks"] == self.world.size:
+            state: RankState = found["ranks"][self.world.rank]
+            restore_rng(state.rng)
+            if found["step"]:
+                self.carried = state
+                self.model.load_state_dict(state.buffers, strict=False)
+
+    def save_checkpoint(self, epoch: int, step: int, row: RankEpoch | None = None, trained=()) -> Path:
+        """Collective: rank 0 writes where training continues (epoch, step) and everything it needs."""
+        state = RankState(rng_state())
+        if step:
+            buffers = {name: b.detach().cpu().clone() for name, b in self.model.named_buffers() if b.is_floating_point()}
+            state = RankState(state.rng, row, list(trained), buffers)
+        states = self.world.comm.gather(state, root=0)
+        path = self.run_dir / checkpoint.FILE
+        if self.world.is_root:
+            checkpoint.save(self.run_dir, {
+                "epoch": epoch, "step": step, "plan": self.identity,
+                "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(), "ranks": states,
+            })
+        return path
 
     @torch.no_grad()
     def validate(self) -> float:
         average_buffers(self.model, self.world.size)
         self.model.eval()
         counts = torch.zeros(2, dtype=torch.float64, device=self.device)  # correct, seen
-        for images, labels, _ in self.val_loader:
+        for images, labels, _, _ in self.val_loader:
+            if images is None:
+                continue
             labels = labels.to(self.device, non_blocking=True)
             predicted = self.model(images.to(self.device, non_blocking=True)).argmax(dim=1)
             counts[0] += (predicted == labels).sum()
@@ -280,6 +398,7 @@ class Trainer:
         print(table_row(record), flush=True)
 
     def close(self) -> None:
+        self.preemption.close()
         if self.scheduler:
             self.scheduler.close()
         for store in (self.store, self.replica):
@@ -295,6 +414,10 @@ class Trainer:
 def fail(world: World, err: BaseException) -> None:
     """Report an error and end this rank without leaving the others hanging."""
     collective = getattr(err, "collective", False)
+    if isinstance(err, Preempted):
+        if world.is_root:
+            print(f"hpcshuffle: {err}", file=sys.stderr, flush=True)
+        sys.exit(PREEMPT_EXIT_CODE)
     if isinstance(err, USER_ERRORS):
         if world.is_root or not collective:
             where = "" if collective else f" on rank {world.rank}"
