@@ -129,8 +129,8 @@ def average_buffers(model: nn.Module, world_size: int) -> None:
 
 
 class Trainer:
-    def __init__(self, world: World, config: RunConfig, run_dir: Path) -> None:
-        self.world, self.config, self.run_dir = world, config, run_dir
+    def __init__(self, world: World, config: RunConfig, run_dir: Path, preemption: Preemption) -> None:
+        self.world, self.config, self.run_dir, self.preemption = world, config, run_dir, preemption
         self.device = torch.device(config.device)
         if config.device == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device=cuda but no GPU is visible; use device=cpu", collective=True)
@@ -182,7 +182,6 @@ class Trainer:
         self.carried: RankState | None = None  # the interrupted epoch's progress, when resuming inside one
         if resumed:
             self.restore(resumed)
-        self.preemption = Preemption(world.comm)
 
         self.order = EpochOrder()
         self.train_loader = make_loader(
@@ -398,7 +397,6 @@ class Trainer:
         print(table_row(record), flush=True)
 
     def close(self) -> None:
-        self.preemption.close()
         if self.scheduler:
             self.scheduler.close()
         for store in (self.store, self.replica):
@@ -442,11 +440,15 @@ def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
     if world.is_root:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml_text)
-    trainer = Trainer(world, config, run_dir)
+    preemption = Preemption(world.comm)  # from here on, SIGUSR1 / SIGTERM stop the run cleanly
     try:
-        trainer.run()
+        trainer = Trainer(world, config, run_dir, preemption)
+        try:
+            trainer.run()
+        finally:
+            trainer.close()
     finally:
-        trainer.close()
+        preemption.close()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")

@@ -25,12 +25,14 @@ def mpi_env() -> dict[str, str]:
     return env
 
 
-def run_mpi(ranks: int, args: list[str], timeout_s: float = 240) -> subprocess.CompletedProcess:
+def run_mpi(
+    ranks: int, args: list[str], timeout_s: float = 240, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
     """Run `mpiexec -n ranks python <args>`; a hang fails the test instead of blocking the suite."""
     command = ["mpiexec", "-n", str(ranks), sys.executable, *args]
     try:
         return subprocess.run(
-            command, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=timeout_s
+            command, cwd=REPO, env={**mpi_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout_s
         )
     except subprocess.TimeoutExpired as err:
         pytest.fail(f"{' '.join(command)} hung for {timeout_s} s:\n{err.stdout}\n{err.stderr}")
@@ -44,6 +46,16 @@ def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str) -> li
         "batch_size=8", "epochs=3", "progress=false",
         *overrides,
     ]
+
+
+def audit_by_epoch(run_dir: Path) -> dict[int, list[dict]]:
+    """audit.jsonl as {epoch: rows sorted by rank}."""
+    from hpcshuffle.metrics import read_jsonl
+
+    by_epoch: dict[int, list[dict]] = {}
+    for row in read_jsonl(run_dir / "audit.jsonl"):
+        by_epoch.setdefault(row["epoch"], []).append(row)
+    return {epoch: sorted(rows, key=lambda r: r["rank"]) for epoch, rows in by_epoch.items()}
 
 
 @pytest.fixture(scope="session")

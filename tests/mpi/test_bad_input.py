@@ -7,6 +7,7 @@ import sys
 import pytest
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
+from hpcshuffle.metrics import read_jsonl
 from tests.conftest import run_mpi, train_args
 
 pytestmark = pytest.mark.mpi
@@ -28,6 +29,7 @@ def fails_with(result, *fragments: str) -> None:
         (["shuffle=partial", "batch_size=100"], ["batch size 100 is larger than a worker's share", "52"]),
         (["shuffle=local", "storage.replica=true"], ["storage.replica=true keeps a full replica per node"]),
         (["dataset.root=/nonexistent/imagenet"], ["/nonexistent/imagenet/train not found", "hpcshuffle synth"]),
+        (["checkpoint.resume=require"], ["checkpoint.resume=require but", "holds no checkpoint.pt", "hydra.run.dir"]),
     ],
 )
 def test_bad_config_is_named(small_dataset, tmp_path, overrides, fragments):
@@ -55,3 +57,16 @@ def test_store_in_use_by_another_job(small_dataset, tmp_path):
     with Store(tmp_path / "store" / "rank00001"):
         args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", "shuffle=local")
         fails_with(run_mpi(2, args, timeout_s=120), "is in use by another process", "storage.local_dir")
+
+
+def test_a_corrupt_image_fails_naming_it_or_is_skipped_and_counted(tmp_path):
+    data = synth_imagefolder(tmp_path / "data", 60, num_classes=2, num_val_samples=8, image_size=8, progress=False)
+    bad = sorted((data / "train").rglob("*.jpg"))[5]
+    bad.write_bytes(bad.read_bytes()[:30])  # truncated, as by an interrupted copy
+    args = train_args(data, tmp_path / "run", tmp_path / "store", "shuffle=local", "epochs=2")
+    fails_with(run_mpi(2, args, timeout_s=120), "cannot read sample", str(bad.relative_to(data)), "loader.on_error=skip")
+
+    skipping = train_args(data, tmp_path / "run2", tmp_path / "store", "shuffle=local", "epochs=2", "loader.on_error=skip")
+    result = run_mpi(2, skipping, timeout_s=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [record["samples"]["skipped"] for record in read_jsonl(tmp_path / "run2" / "metrics.jsonl")] == [1, 1]

@@ -7,25 +7,17 @@ the same number of batches, and a rank must train on exactly what it holds.
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 
 import numpy as np
 import pytest
 
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from tests.conftest import SMALL_SAMPLES, run_mpi, train_args
+from tests.conftest import SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args
 
 pytestmark = pytest.mark.mpi
 EPOCHS = 3
 BATCH = 8
-
-
-def audit_by_epoch(run_dir) -> dict[int, list[dict]]:
-    by_epoch = defaultdict(list)
-    for row in read_jsonl(run_dir / "audit.jsonl"):
-        by_epoch[row["epoch"]].append(row)
-    return {epoch: sorted(rows, key=lambda r: r["rank"]) for epoch, rows in by_epoch.items()}
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5])

@@ -16,7 +16,10 @@ from hpcshuffle.formats import deepcam
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.stage import NodeDemand, StageReport, assess, check_capacity, demand, execute, require_staged
+from hpcshuffle.formats.catalog import DatasetError
+from hpcshuffle.stage import (
+    NodeDemand, StageReport, assess, check_capacity, demand, execute, peer_moves, require_staged,
+)
 from hpcshuffle.store import Store, StoreError
 
 SAMPLES = 60
@@ -180,3 +183,33 @@ def test_unreadable_parts_leave_no_temporaries(tmp_path, catalog):
     with Store(tmp_path / "store") as store:
         reconcile(store, range(4), catalog)
     assert not [p for p in Path(tmp_path / "store").rglob("*") if ".tmp" in p.name]
+
+
+def test_an_unreadable_source_file_is_named_and_leaves_nothing_behind(tmp_path, catalog):
+    source = catalog.path(7)
+    source.unlink()
+    source.mkdir()  # readable by nobody as a file, even by root (permissions would not stop CI's root)
+    with Store(tmp_path / "store") as store:
+        with pytest.raises(DatasetError, match=f"cannot read {source} .*Is a directory.*remove it from the dataset"):
+            reconcile(store, range(10), catalog)
+    assert not [p for p in (tmp_path / "store").rglob("*") if ".tmp" in p.name]
+
+
+def ids(*values: int) -> np.ndarray:
+    return np.array(values, dtype=np.int64)
+
+
+def test_peer_moves_take_from_the_lowest_other_holder():
+    wants = [ids(5), ids(1, 9), ids(), ids(2)]
+    offers = [ids(1, 2), ids(5, 2), ids(1, 5), ids()]
+    moves = peer_moves(wants, offers)
+    rows = sorted(zip(moves.src.tolist(), moves.dst.tolist(), moves.sample_id.tolist()))
+    # 5 -> rank 0 from rank 1 (lowest other), 1 -> rank 1 from rank 0, 9 held by nobody (shared
+    # storage), 2 -> rank 3 from rank 0
+    assert rows == [(0, 1, 1), (0, 3, 2), (1, 0, 5)]
+    assert set(moves.iteration.tolist()) == {0}
+
+
+def test_peer_moves_never_send_to_oneself_and_may_be_none():
+    assert peer_moves([ids(4), ids()], [ids(4), ids()]) is None  # only rank 0 holds what it wants
+    assert peer_moves([ids(), ids()], [ids(1), ids(2)]) is None

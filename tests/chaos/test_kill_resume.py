@@ -1,0 +1,175 @@
+"""A rank SIGKILLed anywhere in an epoch, then the job restarted: nothing lost, training continues.
+
+Each case kills one rank of a 4-rank PLS run during epoch 2 (HPCSHUFFLE_CHAOS_KILL, see
+hpcshuffle/chaos.py), checks that every sample is still in some store, restarts the same
+command, and compares the audit and the loss curve with an uninterrupted run's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from hpcshuffle.chaos import ENV
+from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE
+from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.plan import PlanSpec, plan_epochs
+from tests.conftest import REPO, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, train_args
+
+pytestmark = pytest.mark.chaos
+RANKS, EPOCHS, KILL_EPOCH, Q, BATCH = 4, 4, 2, 0.5, 8
+SPEC = PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0)
+PLANS = list(plan_epochs(SPEC, "partial", EPOCHS))
+# random but fixed, so that a failure names a kill point that reproduces it
+_draw = random.Random(2026)
+KILLS = [
+    (rank, f"iteration-{i}") for rank, i in _draw.sample([(r, i) for r in range(RANKS) for i in range(SPEC.iterations)], 5)
+] + [
+    (_draw.randrange(RANKS), point) for point in ("before_barrier", "mid_clean", "before_checkpoint")
+]
+
+
+def pls_args(dataset, tmp_path, *extra: str) -> list[str]:
+    return train_args(
+        dataset, tmp_path / "run", tmp_path / "store",
+        "shuffle=partial", f"shuffle.q={Q}", f"epochs={EPOCHS}", f"batch_size={BATCH}", "audit=true", *extra,
+    )
+
+
+@pytest.fixture(scope="module")
+def reference(small_dataset, tmp_path_factory) -> dict:
+    """The uninterrupted run: its audit and its losses."""
+    tmp_path = tmp_path_factory.mktemp("reference")
+    result = run_mpi(RANKS, pls_args(small_dataset, tmp_path))
+    assert result.returncode == 0, result.stderr[-3000:]
+    return {"audit": audit_by_epoch(tmp_path / "run"), "metrics": read_jsonl(tmp_path / "run" / "metrics.jsonl")}
+
+
+def files_on_disk(store_root) -> list[set[int]]:
+    """Per rank, every sample file present: committed or received after the last commit."""
+    return [
+        {int(path.name[:9]) for path in (rank_dir / "samples").iterdir() if path.name[:9].isdigit()}
+        for rank_dir in sorted(store_root.iterdir())
+    ]
+
+
+def assert_continues_like_reference(run_dir, reference: dict) -> None:
+    audit = audit_by_epoch(run_dir)
+    assert sorted(audit) == list(range(EPOCHS))
+    for epoch, rows in audit.items():
+        assert [row["rank"] for row in rows] == list(range(RANKS)), f"epoch {epoch}: a rank's record is missing or doubled"
+        held = sorted(i for row in rows for i in row["held"])
+        assert held == list(range(SMALL_SAMPLES)), f"epoch {epoch}: a sample is lost or duplicated"
+        assert rows == reference["audit"][epoch], f"epoch {epoch} held or trained differently from the uninterrupted run"
+    losses = [record["train_loss"] for record in read_jsonl(run_dir / "metrics.jsonl")]
+    assert losses == pytest.approx([record["train_loss"] for record in reference["metrics"]], rel=1e-6, abs=1e-9)
+
+
+def assert_stores_hold_the_final_partition(store_root) -> None:
+    final = PLANS[-1].next_held()
+    for rank, rank_dir in enumerate(sorted(store_root.iterdir())):
+        manifest = json.loads((rank_dir / "manifest.json").read_text())
+        assert manifest["epoch"] == EPOCHS
+        assert sorted(int(i) for i in manifest["samples"]) == final[rank].tolist()
+    assert files_on_disk(store_root) == [set(ids.tolist()) for ids in final], "files outside the manifests"
+
+
+@pytest.mark.parametrize(("rank", "point"), KILLS, ids=[f"rank{r}-{p}" for r, p in KILLS])
+def test_sigkill_in_epoch_2_then_restart(small_dataset, tmp_path, reference, rank, point):
+    args = pls_args(small_dataset, tmp_path)
+    killed = run_mpi(RANKS, args, env={ENV: f"{rank}:{KILL_EPOCH}:{point}"})
+    assert killed.returncode != 0, "the chaos kill did not happen"
+    assert "Killed" in killed.stdout + killed.stderr or killed.returncode in (9, 137, -9)
+
+    held = files_on_disk(tmp_path / "store")
+    missing = set(range(SMALL_SAMPLES)).difference(*held)
+    assert not missing, f"samples in no store after the kill: {sorted(missing)[:10]}"
+
+    # storage.stage=false: the restart may not read shared storage, so the stores alone must
+    # still hold every sample (the crashed rank's uncommitted files included)
+    resumed = run_mpi(RANKS, [*args, "storage.stage=false"])
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    # every kill point precedes the checkpoint written at epoch 2's end
+    assert f"resume: {tmp_path / 'run' / 'checkpoint.pt'} at epoch {KILL_EPOCH}, step 0" in resumed.stdout
+    assert_continues_like_reference(tmp_path / "run", reference)
+    assert_stores_hold_the_final_partition(tmp_path / "store")
+
+
+def test_sigkill_after_a_step_checkpoint_resumes_inside_the_epoch(small_dataset, tmp_path, reference):
+    args = pls_args(small_dataset, tmp_path, "checkpoint.every_steps=2")
+    killed = run_mpi(RANKS, args, env={ENV: f"1:{KILL_EPOCH}:iteration-5"})
+    assert killed.returncode != 0
+    resumed = run_mpi(RANKS, args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"at epoch {KILL_EPOCH}, step 4" in resumed.stdout
+    assert_continues_like_reference(tmp_path / "run", reference)
+    assert_stores_hold_the_final_partition(tmp_path / "store")
+
+
+def rank_pids(launcher: subprocess.Popen, marker: str) -> list[int]:
+    """The training processes of one mpiexec job: this interpreter, with `marker` among its arguments."""
+    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    pids = []
+    for pid in map(int, found):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except FileNotFoundError:
+            continue
+        if pid != launcher.pid and argv[0].decode() == sys.executable:
+            pids.append(pid)
+    return sorted(pids)
+
+
+def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_dataset, tmp_path, reference):
+    """Slurm's --signal=USR1@120 reaches a rank; all ranks stop at one step; a restart matches."""
+    args = pls_args(small_dataset, tmp_path)
+    launcher = subprocess.Popen(
+        ["mpiexec", "-n", str(RANKS), sys.executable, *args],
+        cwd=REPO, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in launcher.stdout:  # wait until training runs: the breakdown's header
+            if line.startswith("epoch "):
+                break
+        pids = rank_pids(launcher, str(tmp_path / "run"))
+        assert len(pids) == RANKS, pids
+        time.sleep(0.2)
+        os.kill(pids[2], signal.SIGUSR1)
+        out, err = launcher.communicate(timeout=120)
+    finally:
+        launcher.kill()
+    assert launcher.returncode == PREEMPT_EXIT_CODE, err[-3000:]
+    assert "stopped at epoch" in err and "'SIGUSR1'" in err and "run the same command again" in err
+
+    resumed = run_mpi(RANKS, args)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume:" in resumed.stdout
+    assert_continues_like_reference(tmp_path / "run", reference)
+
+
+def test_resume_on_fewer_ranks_replans_and_restages_the_difference(small_dataset, tmp_path):
+    first = run_mpi(RANKS, pls_args(small_dataset, tmp_path, "epochs=2"))
+    assert first.returncode == 0, first.stderr[-3000:]
+    resumed = run_mpi(3, pls_args(small_dataset, tmp_path))
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "resume: 3 ranks instead of 4: re-planned for 3 workers" in resumed.stdout
+    # rank 3's store is not opened by a 3-rank job: its samples come from shared storage
+    assert "took " in resumed.stdout and "from other ranks' stores" in resumed.stdout
+
+    plans = list(plan_epochs(PlanSpec(SMALL_SAMPLES, 3, BATCH, Q, 0), "partial", EPOCHS))
+    audit = audit_by_epoch(tmp_path / "run")
+    assert sorted(audit) == list(range(EPOCHS))
+    assert [len(audit[epoch]) for epoch in range(EPOCHS)] == [4, 4, 3, 3]
+    for epoch in (2, 3):
+        for row, planned in zip(audit[epoch], plans[epoch].held):
+            assert row["held"] == planned.tolist()
+        assert sorted(i for row in audit[epoch] for i in row["held"]) == list(range(SMALL_SAMPLES))
+    assert np.all(np.diff([r["epoch"] for r in read_jsonl(tmp_path / "run" / "metrics.jsonl")]) == 1)
