@@ -11,6 +11,7 @@ after a resume, so a resumed run repeats an uninterrupted one exactly.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -125,6 +126,13 @@ class EpochOrder(Sampler[tuple[int, int]]):
         return len(self.sample_ids)
 
 
+def ignore_stop_signals(worker_id: int) -> None:
+    """Loader workers leave SIGUSR1 / SIGTERM to their rank (Slurm signals every process of a
+    step); the rank stops them when it has checkpointed, and they exit if it dies."""
+    for stop in (signal.SIGUSR1, signal.SIGTERM):
+        signal.signal(stop, signal.SIG_IGN)
+
+
 def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin_memory: bool) -> DataLoader:
     return DataLoader(
         dataset,
@@ -135,4 +143,5 @@ def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: in
         pin_memory=pin_memory,
         drop_last=False,
         collate_fn=collate_skipping,
+        worker_init_fn=ignore_stop_signals if workers > 0 else None,
     )

@@ -207,11 +207,11 @@ class Trainer:
             if stopped is not None:
                 path = self.save_checkpoint(epoch, stopped, row, trained)
                 signals = self.world.comm.gather(self.preemption.signalled, root=0) or []
-                got = {rank: name for rank, name in enumerate(signals) if name}
+                got = ", ".join(f"{name} on rank {rank}" for rank, name in enumerate(signals) if name)
                 raise Preempted(
-                    f"stopped at epoch {epoch}, step {stopped} on request ({got}: signal by rank); checkpoint "
-                    f"{path}; run the same command again (same run directory) to continue, as "
-                    "jobs/train.sbatch does after requeueing"
+                    f"stopped at epoch {epoch}, step {stopped} on request ({got}); checkpoint {path}; "
+                    "run the same command again (same run directory) to continue, as jobs/train.sbatch "
+                    "does after requeueing"
                 )
             val_top1 = self.validate()
             self.record(plan, row, trained, held, val_top1)
@@ -441,14 +441,14 @@ def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml_text)
     preemption = Preemption(world.comm)  # from here on, SIGUSR1 / SIGTERM stop the run cleanly
+    trainer = Trainer(world, config, run_dir, preemption)
     try:
-        trainer = Trainer(world, config, run_dir, preemption)
-        try:
-            trainer.run()
-        finally:
-            trainer.close()
+        trainer.run()
     finally:
-        preemption.close()
+        trainer.close()
+    # only after a clean end: a rank that failed alone must not wait on the others' flag
+    # allreduce (they may be blocked elsewhere); it ends through MPI_Abort instead
+    preemption.close()
 
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")

@@ -114,23 +114,31 @@ def test_sigkill_after_a_step_checkpoint_resumes_inside_the_epoch(small_dataset,
     assert_stores_hold_the_final_partition(tmp_path / "store")
 
 
+def children(pid: int) -> list[int]:
+    return [int(child) for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+
+
 def rank_pids(launcher: subprocess.Popen, marker: str) -> list[int]:
-    """The training processes of one mpiexec job: this interpreter, with `marker` among its arguments."""
-    found = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
+    """The training processes of one mpiexec job: this interpreter, with `marker` among its
+    arguments, leaving out their loader workers (forked children with the same command line)."""
+    found = set(map(int, subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()))
     pids = []
-    for pid in map(int, found):
+    for pid in found - {launcher.pid}:
         try:
             argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
         except FileNotFoundError:
             continue
-        if pid != launcher.pid and argv[0].decode() == sys.executable:
+        if argv[0].decode() == sys.executable and parent not in found:
             pids.append(pid)
     return sorted(pids)
 
 
 def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_dataset, tmp_path, reference):
-    """Slurm's --signal=USR1@120 reaches a rank; all ranks stop at one step; a restart matches."""
-    args = pls_args(small_dataset, tmp_path)
+    """Slurm's --signal=USR1@180 reaches one rank and its loader worker (Slurm signals every
+    process of the step); all ranks stop at one step; a restart matches the uninterrupted run,
+    which used no worker processes (augmentation does not depend on them)."""
+    args = pls_args(small_dataset, tmp_path, "loader.workers=1")
     launcher = subprocess.Popen(
         ["mpiexec", "-n", str(RANKS), sys.executable, *args],
         cwd=REPO, env=mpi_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -141,13 +149,18 @@ def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_d
                 break
         pids = rank_pids(launcher, str(tmp_path / "run"))
         assert len(pids) == RANKS, pids
-        time.sleep(0.2)
-        os.kill(pids[2], signal.SIGUSR1)
+        for _ in range(100):  # the persistent loader worker starts with the first epoch
+            if workers := children(pids[2]):
+                break
+            time.sleep(0.05)
+        assert workers, "no loader worker appeared"
+        for pid in [pids[2], *workers]:
+            os.kill(pid, signal.SIGUSR1)
         out, err = launcher.communicate(timeout=120)
     finally:
         launcher.kill()
     assert launcher.returncode == PREEMPT_EXIT_CODE, err[-3000:]
-    assert "stopped at epoch" in err and "'SIGUSR1'" in err and "run the same command again" in err
+    assert "stopped at epoch" in err and "(SIGUSR1 on rank 2)" in err and "run the same command again" in err
 
     resumed = run_mpi(RANKS, args)
     assert resumed.returncode == 0, resumed.stderr[-3000:]

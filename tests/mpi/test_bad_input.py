@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 import pytest
+import torch
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.metrics import read_jsonl
@@ -30,6 +31,10 @@ def fails_with(result, *fragments: str) -> None:
         (["shuffle=local", "storage.replica=true"], ["storage.replica=true keeps a full replica per node"]),
         (["dataset.root=/nonexistent/imagenet"], ["/nonexistent/imagenet/train not found", "hpcshuffle synth"]),
         (["checkpoint.resume=require"], ["checkpoint.resume=require but", "holds no checkpoint.pt", "hydra.run.dir"]),
+        pytest.param(
+            ["device=cuda"], ["device=cuda but no GPU is visible; use device=cpu"],
+            marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is visible here"),
+        ),
     ],
 )
 def test_bad_config_is_named(small_dataset, tmp_path, overrides, fragments):
