@@ -14,7 +14,6 @@ changed since staging), and copies only what is missing or wrong.
 
 from __future__ import annotations
 
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable
@@ -27,16 +26,10 @@ from tqdm import tqdm
 
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import Scheduler
-from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile
 from hpcshuffle.plan import Exchange
-from hpcshuffle.store import Store, StoreError, read_chunks
+from hpcshuffle.store import Store, StoreError
 from hpcshuffle.world import World, agree
-
-
-@dataclass(frozen=True)
-class SourceFile:
-    nbytes: int
-    mtime_ns: int
 
 
 @dataclass(frozen=True)
@@ -82,17 +75,16 @@ def replica_ids(num_samples: int, local_rank: int, local_size: int) -> range:
 
 
 def stat_sources(catalog: Catalog, sample_ids: Iterable[int], threads: int) -> dict[int, SourceFile]:
-    """Size and mtime of each source file, statted in parallel (parallel file systems reward it)."""
+    """Size and mtime of each sample's source, statted in parallel (parallel file systems reward it)."""
     sample_ids = list(sample_ids)
 
     def stat(sample_id: int) -> SourceFile | None:
         try:
-            info = os.stat(catalog.path(sample_id))
+            return catalog.stat(sample_id)
         except FileNotFoundError:
             return None
         except OSError as err:
             raise DatasetError(f"cannot stat {catalog.path(sample_id)}: {err.strerror}; check its permissions") from None
-        return SourceFile(info.st_size, info.st_mtime_ns)
 
     with ThreadPoolExecutor(threads) as pool:
         stats = dict(zip(sample_ids, pool.map(stat, sample_ids)))
@@ -253,7 +245,7 @@ def execute(
         source = work.sources[sample_id]
         meta = replace(catalog.meta(sample_id), source_mtime_ns=source.mtime_ns)
         try:
-            stored = store.add(meta, read_chunks(catalog.path(sample_id)), durable=False)
+            stored = store.add(meta, catalog.read_chunks(sample_id), durable=False)
         except (IsADirectoryError, PermissionError) as err:
             raise DatasetError(
                 f"cannot read {catalog.path(sample_id)} ({err.strerror}); fix its permissions or "

@@ -1,16 +1,30 @@
-"""A dataset split as a numbered list of per-sample files: the unit that plans, stores and stages move."""
+"""A dataset split as a numbered list of samples: the unit that plans, stores and stages move.
+
+A sample is a file (an image, an HDF5 file) or, in a `Catalog` subclass, a record inside a
+larger file (CIFAR's batches); staging and the loader only use `stat` and `read_chunks`.
+"""
 
 from __future__ import annotations
 
 import hashlib
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcshuffle.store import SampleMeta
+from hpcshuffle.store import SampleMeta, read_chunks
 
 
 class DatasetError(ValueError):
     """The dataset directory is missing or not laid out as expected."""
+
+
+@dataclass(frozen=True)
+class SourceFile:
+    """A sample's size and its source file's mtime, as staging records them."""
+
+    nbytes: int
+    mtime_ns: int
 
 
 @dataclass(frozen=True)
@@ -37,7 +51,20 @@ class Catalog:
         return SampleMeta(sample_id, self.relpaths[sample_id], self.labels[sample_id])
 
     def path(self, sample_id: int) -> Path:
+        """The file on shared storage that holds the sample."""
         return self.root / self.relpaths[sample_id]
+
+    def stat(self, sample_id: int) -> SourceFile:
+        """The sample's size and mtime on shared storage (raises FileNotFoundError if gone)."""
+        info = os.stat(self.path(sample_id))
+        return SourceFile(info.st_size, info.st_mtime_ns)
+
+    def read_chunks(self, sample_id: int) -> Iterator[bytes]:
+        """The sample's bytes, as they are staged and exchanged (a whole file, here)."""
+        return read_chunks(self.path(sample_id))
+
+    def read_bytes(self, sample_id: int) -> bytes:
+        return b"".join(self.read_chunks(sample_id))
 
     def fingerprint(self) -> str:
         """A short hash of the listing (names and labels, not bytes)."""
