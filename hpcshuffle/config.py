@@ -6,35 +6,46 @@ Library code below the entry point takes plain values from this object, never a 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
 from hpcshuffle.errors import ConfigError
+from hpcshuffle.formats.codec import DatasetOptions
+from hpcshuffle.optim import OptimConfig
 from hpcshuffle.plan import FIXED_Q, PLANNERS
+
+PRECISIONS = ("fp32", "bf16")
 
 
 @dataclass(frozen=True)
-class SynthSpec:
-    samples: int
-    classes: int
-    size: int
+class DatasetConfig:
+    """`conf/dataset/*.yaml`: which format, where, and how to decode it.
+
+    Attributes:
+        synthesize: when set, rank 0 writes a synthetic dataset of this spec (the keyword
+            arguments of the format's `synthesize`) at `root` on first use.
+        class_weights: per-class loss weights (DeepCAM: MLPerf-HPC's), None for uniform.
+    """
+
+    format: str
+    root: Path
+    options: DatasetOptions = DatasetOptions()
+    synthesize: dict | None = None
+    class_weights: tuple[float, ...] | None = None
 
 
 @dataclass(frozen=True)
 class RunConfig:
     shuffle: str
     q: float
-    dataset_root: Path
-    synthesize: SynthSpec | None
+    dataset: DatasetConfig
     model: str
     epochs: int
     batch_size: int
     seed: int
-    lr: float
-    momentum: float
-    weight_decay: float
+    optim: OptimConfig
     local_dir: Path
     stage: bool
     replica: bool
@@ -50,6 +61,12 @@ class RunConfig:
     resume: str = "auto"
     checkpoint_every_epochs: int = 1
     checkpoint_every_steps: int = 0
+    model_options: dict = field(default_factory=dict)
+    label_smoothing: float = 0.0
+    precision: str = "fp32"
+    channels_last: bool = False
+    wandb: bool = False
+    wandb_project: str = "hpcshuffle"
 
     def __post_init__(self) -> None:
         if self.shuffle not in PLANNERS:
@@ -82,25 +99,48 @@ class RunConfig:
                 f"checkpoint.resume must be 'auto' (continue if the run directory has a checkpoint) or "
                 f"'require' (fail without one), got {self.resume!r}"
             )
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"loss.label_smoothing must be in [0, 1), got {self.label_smoothing}")
         for name in ("checkpoint_every_epochs", "checkpoint_every_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '.', 1)} must be >= 0 (0: off), got {getattr(self, name)}")
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
+        try:
+            return cls._from_hydra(cfg)
+        except ValueError as err:  # a component's own check (OptimConfig, DatasetOptions)
+            raise ConfigError(str(err)) from None
+
+    @classmethod
+    def _from_hydra(cls, cfg: DictConfig) -> RunConfig:
         synth = cfg.dataset.get("synthesize")
+        weights = cfg.dataset.get("class_weights")
+        image_size = cfg.dataset.get("image_size")
+        optim = OmegaConf.to_container(cfg.optim, resolve=True)
+        for key in ("milestones", "betas"):
+            if key in optim:
+                optim[key] = tuple(optim[key])
+        model_options = OmegaConf.to_container(cfg.model, resolve=True)
         return cls(
             shuffle=cfg.shuffle.name,
             q=float(cfg.shuffle.q),
-            dataset_root=Path(cfg.dataset.root),
-            synthesize=SynthSpec(int(synth.samples), int(synth.classes), int(synth.size)) if synth else None,
-            model=cfg.model.name,
+            dataset=DatasetConfig(
+                format=cfg.dataset.format,
+                root=Path(cfg.dataset.root),
+                options=DatasetOptions(cfg.dataset.get("augment", "standard"),
+                                       None if image_size is None else int(image_size)),
+                synthesize=OmegaConf.to_container(synth, resolve=True) if synth else None,
+                class_weights=tuple(float(w) for w in weights) if weights else None,
+            ),
+            model=model_options.pop("name"),
+            model_options=model_options,
             epochs=int(cfg.epochs),
             batch_size=int(cfg.batch_size),
             seed=int(cfg.seed),
-            lr=float(cfg.optim.lr),
-            momentum=float(cfg.optim.momentum),
-            weight_decay=float(cfg.optim.weight_decay),
+            optim=OptimConfig(**known_keys(optim, OptimConfig, "optim")),
             local_dir=Path(cfg.storage.local_dir),
             stage=bool(cfg.storage.stage),
             replica=bool(cfg.storage.replica),
@@ -116,7 +156,21 @@ class RunConfig:
             resume=cfg.checkpoint.resume,
             checkpoint_every_epochs=int(cfg.checkpoint.every_epochs),
             checkpoint_every_steps=int(cfg.checkpoint.every_steps),
+            label_smoothing=float(cfg.loss.label_smoothing),
+            precision=cfg.precision,
+            channels_last=bool(cfg.channels_last),
+            wandb=bool(cfg.logger.wandb),
+            wandb_project=cfg.logger.project,
         )
+
+
+def known_keys(settings: dict, typed, group: str) -> dict:
+    """`settings`, after checking that each key is a field of the dataclass `typed` (typos fail)."""
+    fields = set(typed.__dataclass_fields__)
+    unknown = sorted(set(settings) - fields)
+    if unknown:
+        raise ConfigError(f"{group}.{unknown[0]} is not a setting of {group}; known: {', '.join(sorted(fields))}")
+    return settings
 
 
 def resolved_yaml(cfg: DictConfig) -> str:

@@ -1,7 +1,7 @@
 """Dataset / Sampler / DataLoader glue: a rank reads the ids its plan lists, from where they live.
 
 Local and partial shuffling read from the node-local store; global shuffling and validation
-read the shared dataset. Items carry their sample id so the training loop can audit exactly
+read the shared dataset. The format's codec turns bytes into tensors. Items carry their sample id so the training loop can audit exactly
 what it trained on.
 
 Random augmentation is seeded by (run seed, epoch, sample id), not by a process's RNG stream:
@@ -17,85 +17,78 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from PIL import Image
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
-from torchvision.transforms import v2
 
 from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.formats.codec import Codec
 from hpcshuffle.store import sample_path
 
 ON_ERROR = ("fail", "skip")
-
-MEAN = (0.5, 0.5, 0.5)
-STD = (0.25, 0.25, 0.25)
-
-
-def image_transform(train: bool) -> v2.Compose:
-    steps = [v2.PILToTensor()]
-    if train:
-        steps.append(v2.RandomHorizontalFlip())
-    steps += [v2.ToDtype(torch.float32, scale=True), v2.Normalize(MEAN, STD)]
-    return v2.Compose(steps)
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, sample_id]).generate_state(1)[0])
 
 
-class ImageSamples(Dataset):
-    """Images keyed by (epoch, sample id), read from node-local stores or from the dataset root.
+class Samples(Dataset):
+    """Samples keyed by (epoch, sample id), read from node-local stores or shared storage, decoded by `codec`.
 
     Args:
-        catalog: the split's listing (labels, file names).
+        catalog: the split's listing (labels, where each sample's bytes are).
+        codec: the format's decoder (formats/codec.py).
         store_roots: where sample `i` lives: `store_roots[i % len(store_roots)]`. One root: the
             rank's own store (local, partial). Several: a node replica split over the node's
-            ranks (global with storage.replica). None: `catalog.root`, i.e. shared storage.
+            ranks (global with storage.replica). None: the catalog, i.e. shared storage.
         train: augment (seeded by `seed`, the epoch and the sample id).
         on_error: a sample that cannot be read or decoded either fails the run naming its file
             ("fail") or is left out of its batch and counted ("skip"; the item is None).
     """
 
     def __init__(
-        self, catalog: Catalog, store_roots: list[Path] | None, train: bool, seed: int = 0, on_error: str = "fail"
+        self, catalog: Catalog, codec: Codec, store_roots: list[Path] | None, train: bool, seed: int = 0,
+        on_error: str = "fail",
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
         self.catalog = catalog
+        self.codec = codec
         self.store_roots = store_roots
         self.train = train
         self.seed = seed
         self.on_error = on_error
-        self.transform = image_transform(train)
 
     def __len__(self) -> int:
         return len(self.catalog)
 
-    def path(self, sample_id: int) -> Path:
+    def where(self, sample_id: int) -> Path:
         if not self.store_roots:
             return self.catalog.path(sample_id)
         root = self.store_roots[sample_id % len(self.store_roots)]
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
-    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int, int] | None:
+    def read(self, sample_id: int) -> bytes:
+        if not self.store_roots:
+            return self.catalog.read_bytes(sample_id)
+        return self.where(sample_id).read_bytes()
+
+    def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int | torch.Tensor, int] | None:
         epoch, sample_id = key
-        path = self.path(sample_id)
+        label = self.catalog.labels[sample_id]
         try:
-            with Image.open(path) as image:
-                image = image.convert("RGB")
-        except (OSError, ValueError) as err:
+            data = self.read(sample_id)
+            if not self.train:
+                return (*self.codec.decode(data, label, train=False), sample_id)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(augmentation_seed(self.seed, epoch, sample_id))
+                return (*self.codec.decode(data, label, train=True), sample_id)
+        except (OSError, ValueError) as err:  # codecs raise SampleError, a ValueError
             if self.on_error == "skip":
                 return None
             raise DatasetError(
-                f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from {path}: {err}; "
-                "replace or remove the file, or set loader.on_error=skip to leave unreadable samples "
-                "out (they are counted as `skipped` in metrics.jsonl)"
+                f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from "
+                f"{self.where(sample_id)}: {err}; replace or remove the file, or set loader.on_error=skip "
+                "to leave unreadable samples out (they are counted as `skipped` in metrics.jsonl)"
             ) from None
-        if not self.train:
-            return self.transform(image), self.catalog.labels[sample_id], sample_id
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(augmentation_seed(self.seed, epoch, sample_id))
-            pixels = self.transform(image)
-        return pixels, self.catalog.labels[sample_id], sample_id
 
 
 def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, int]:

@@ -27,6 +27,7 @@ class RankEpoch:
     samples: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     loss_sum: float = 0.0
     iterations: int = 0
+    lr: float = 0.0  # the learning rate of the last iteration
 
     @contextmanager
     def phase(self, name: str, sync=None) -> Iterator[None]:
@@ -82,8 +83,13 @@ def drop_epochs_from(path: Path, epoch: int) -> int:
 
 TABLE_HEADER = (
     f"{'epoch':>5} {'io':>8} {'exchange':>9} {'fwbw':>8} {'allreduce':>9} {'epoch_s':>8} "
-    f"{'loss':>7} {'val_top1':>8} {'sent':>7} {'recv':>7} {'shared':>7}"
+    f"{'loss':>7} {'val':>8} {'sent':>7} {'recv':>7} {'shared':>7}"
 )
+
+
+def validation_score(record: dict) -> float:
+    """The headline validation number in %: top-1 accuracy, or mean IoU for segmentation."""
+    return record["val_top1"] if "val_top1" in record else 100.0 * record["val_iou"]
 
 
 def table_row(record: dict) -> str:
@@ -93,11 +99,12 @@ def table_row(record: dict) -> str:
     return (
         f"{record['epoch']:>5} {seconds['io']['mean']:>8.2f} {seconds['exchange']['mean']:>9.2f} "
         f"{seconds['fwbw']['mean']:>8.2f} {seconds['allreduce']['mean']:>9.2f} "
-        f"{seconds['epoch']['max']:>8.2f} {record['train_loss']:>7.3f} {record['val_top1']:>8.2f} "
+        f"{seconds['epoch']['max']:>8.2f} {record['train_loss']:>7.3f} {validation_score(record):>8.2f} "
         f"{samples['sent']:>7} {samples['received']:>7} {samples['read_shared']:>7}"
     )
 
 
 __all__ = [
     "COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "drop_epochs_from", "read_jsonl", "reduce_epoch", "table_row",
+    "validation_score",
 ]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from hpcshuffle.metrics import PHASES, read_jsonl
+from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
 
 
 def run_summary(run_dir: Path, skip_first: bool) -> dict:
@@ -20,7 +20,7 @@ def run_summary(run_dir: Path, skip_first: bool) -> dict:
         "q": last["q"],
         "workers": last["workers"],
         "epochs": len(records),
-        "val_top1": last["val_top1"],
+        "val": validation_score(last),
         "read_shared": sum(r["samples"]["read_shared"] for r in steady) / len(steady),
         "sent": sum(r["samples"]["sent"] for r in steady) / len(steady),
     }
@@ -40,13 +40,13 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
         "seconds per epoch, mean over ranks (epoch: slowest rank), "
         + ("epochs after the first" if skip_first else "all epochs"),
         f"{'shuffle':>8} {'q':>5} {'M':>3} {'io':>7} {'exchange':>8} {'fwbw':>7} {'allreduce':>9} "
-        f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val_top1':>8}",
+        f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val':>8}",
     ]
     for r in rows:
         ratio = f"{r['epoch'] / local[0]:.2f}" if local else "-"
         lines.append(
             f"{r['shuffle']:>8} {r['q']:>5.2f} {r['workers']:>3} {r['io']:>7.2f} {r['exchange']:>8.2f} "
             f"{r['fwbw']:>7.2f} {r['allreduce']:>9.2f} {r['epoch']:>7.2f} {ratio:>6} {r['sent']:>7.0f} "
-            f"{r['read_shared']:>7.0f} {r['val_top1']:>8.2f}"
+            f"{r['read_shared']:>7.0f} {r['val']:>8.2f}"
         )
     return "\n".join(lines)

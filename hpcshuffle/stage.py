@@ -69,7 +69,7 @@ class StageReport:
 def replica_ids(num_samples: int, local_rank: int, local_size: int) -> range:
     """A node's full replica, split over its ranks: local rank l keeps ids l, l+L, l+2L, ...
 
-    `ImageSamples` finds sample i in the store of local rank i % L.
+    `loader.Samples` finds sample i in the store of local rank i % L.
     """
     return range(local_rank, num_samples, local_size)
 

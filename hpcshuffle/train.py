@@ -15,6 +15,7 @@ checkpoint and exit with code 75 so that the job script can requeue.
 from __future__ import annotations
 
 import json
+import pickle
 import sys
 import time
 import traceback
@@ -30,18 +31,22 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from tqdm import tqdm
 
 from hpcshuffle import chaos, checkpoint, models
+from hpcshuffle.evaluate import Scores
+from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
+from hpcshuffle.sinks import WandbSink
 from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE, Preempted, Preemption, RankState, restore_rng, rng_state
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import ExchangeError, Scheduler
-from hpcshuffle.formats.imagefolder import Catalog, DatasetError, scan
-from hpcshuffle.formats.synthetic import GENERATOR_VERSION, synth_imagefolder
-from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
+from hpcshuffle.formats import get_format
+from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.formats.synthetic import GENERATOR_VERSION
+from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, drop_epochs_from, reduce_epoch, table_row
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
-from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_root
+from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_all, on_root
 
 USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
 # absolute, so `python -m hpcshuffle.train` and the `hpcshuffle train` console script find it alike
@@ -57,26 +62,26 @@ def say(world: World, message: str) -> None:
 
 
 def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
-    """Synthesize the default dataset if asked and missing; rank 0 lists it, all ranks get the lists."""
+    """Synthesize the dataset if asked and missing; rank 0 lists it, all ranks get the lists."""
+    dataset = config.dataset
+    fmt = get_format(dataset.format)
 
     def listing() -> tuple[Catalog, Catalog]:
-        if config.synthesize is not None:
-            ensure_synthetic(config.dataset_root, config.synthesize, config.seed, config.progress)
-        train = scan(config.dataset_root, "train")
-        return train, scan(config.dataset_root, "val", classes=train.classes)
+        if dataset.synthesize is not None:
+            ensure_synthetic(dataset.format, dataset.root, dataset.synthesize, config.seed, config.progress)
+        train_split, val_split = fmt.splits
+        train = fmt.scan(dataset.root, train_split)
+        return train, fmt.scan(dataset.root, val_split)
 
     train, val = on_root(world, listing, DatasetError, ValueError, OSError)
-    missing = None if config.dataset_root.is_dir() else f"dataset.root {config.dataset_root} is not readable here"
+    missing = None if dataset.root.is_dir() else f"dataset.root {dataset.root} is not readable here"
     agree(world, missing)
     return train, val
 
 
-def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
+def ensure_synthetic(format_name: str, root: Path, spec: dict, seed: int, progress: bool) -> None:
     marker = root / ".synthetic.json"
-    wanted = {
-        "samples": synth.samples, "classes": synth.classes, "size": synth.size, "seed": seed,
-        "generator": GENERATOR_VERSION,
-    }
+    wanted = {"format": format_name, **spec, "seed": seed, "generator": GENERATOR_VERSION}
     if marker.exists():
         found = json.loads(marker.read_text())
         if found != wanted:
@@ -87,7 +92,7 @@ def ensure_synthetic(root: Path, synth, seed: int, progress: bool) -> None:
         return
     if root.exists() and any(root.iterdir()):
         raise DatasetError(f"{root} exists but is not a complete synthetic dataset; delete it or change dataset.root")
-    synth_imagefolder(root, synth.samples, synth.classes, image_size=synth.size, seed=seed, progress=progress)
+    get_format(format_name).synthesize(root, seed=seed, progress=progress, **spec)
     marker.write_text(json.dumps(wanted))
 
 
@@ -106,6 +111,23 @@ def open_store(world: World, config: RunConfig, target_ids, catalog: Catalog, pl
     )
     store.commit(epoch, plan_key)
     return store
+
+
+def load_weights(model: nn.Module, path: Path) -> None:
+    """Start from a saved state dict; tensors whose shape differs (a new classifier head) stay fresh."""
+    if not path.is_file():
+        raise ConfigError(f"model.weights {path} is not a file; pass a state dict saved with torch.save")
+    try:
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+    except (RuntimeError, pickle.UnpicklingError, EOFError) as err:
+        raise ConfigError(f"cannot load model.weights {path} as a state dict: {err}") from None
+    own = model.state_dict()
+    kept = {name: tensor for name, tensor in saved.items() if name in own and own[name].shape == tensor.shape}
+    if not kept:
+        raise ConfigError(f"model.weights {path} shares no tensor with model {type(model).__name__}; wrong file?")
+    model.load_state_dict(kept, strict=False)
+    fresh = sorted(set(own) - set(kept))
+    print(f"model.weights: loaded {len(kept)} tensors from {path}; fresh: {fresh[:6]}", flush=True)
 
 
 def average_gradients(model: nn.Module, world_size: int) -> None:
@@ -171,29 +193,60 @@ class Trainer:
         self.reads_local = store_roots is not None
         self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store is not None else None
 
+        self.codec = on_all(world, lambda: get_format(config.dataset.format).codec(
+            config.dataset.root, self.train_catalog, config.dataset.options), DatasetError, ValueError, OSError)
         init_torch_distributed(world, "nccl" if self.device.type == "cuda" else "gloo")
-        self.model = models.build(config.model, num_classes=len(self.train_catalog.classes)).to(self.device)
-        for tensor in list(self.model.parameters()) + list(self.model.buffers()):
-            dist.broadcast(tensor.data, src=0)
-        self.optimizer = torch.optim.SGD(
-            self.model.parameters(), lr=config.lr, momentum=config.momentum, weight_decay=config.weight_decay
-        )
-        self.loss_fn = nn.CrossEntropyLoss()
+        self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
+        self.model = self.build_model()
+        self.optimizer = build_optimizer(self.model, config.optim)
+        self.global_batch = config.batch_size * world.size
+        self.loss_fn = self.build_loss()
+        self.bf16 = config.precision == "bf16"
+        self.sink = WandbSink(run_dir, config, world) if config.wandb and world.is_root else None
         self.carried: RankState | None = None  # the interrupted epoch's progress, when resuming inside one
         if resumed:
             self.restore(resumed)
 
         self.order = EpochOrder()
         self.train_loader = make_loader(
-            ImageSamples(self.train_catalog, store_roots, train=True, seed=config.seed, on_error=config.on_error),
+            Samples(self.train_catalog, self.codec, store_roots, train=True, seed=config.seed, on_error=config.on_error),
             self.order, config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
         val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
         self.val_loader = make_loader(
-            ImageSamples(self.val_catalog, None, train=False, on_error=config.on_error), val_order, 2 * config.batch_size,
+            Samples(self.val_catalog, self.codec, None, train=False, on_error=config.on_error), val_order,
+            2 * config.batch_size,
             config.loader_workers, pin_memory=self.device.type == "cuda",
         )
+
+    def build_model(self) -> nn.Module:
+        options = dict(self.config.model_options)
+        weights = options.pop("weights", None)  # a local state dict to start from (fine-tuning)
+        try:
+            model = models.build(self.config.model, num_classes=self.codec.num_classes,
+                                 in_channels=self.codec.in_channels, **options)
+        except ValueError as err:
+            raise ConfigError(str(err), collective=True) from err
+        if weights is not None:
+            on_root(self.world, lambda: load_weights(model, Path(weights)), ConfigError, OSError)
+        model = model.to(self.device, memory_format=self.memory_format)
+        for tensor in list(model.parameters()) + list(model.buffers()):
+            dist.broadcast(tensor.data, src=0)  # every rank starts from rank 0's initial weights
+        return model
+
+    def build_loss(self) -> nn.Module:
+        weights = self.config.dataset.class_weights
+        if weights is not None and len(weights) != self.codec.num_classes:
+            raise ConfigError(f"dataset.class_weights has {len(weights)} entries for {self.codec.num_classes} classes",
+                              collective=True)
+        weight = None if weights is None else torch.tensor(weights, device=self.device)
+        smoothing = self.config.label_smoothing if self.codec.task == "classify" else 0.0
+        return nn.CrossEntropyLoss(weight=weight, label_smoothing=smoothing)
+
+    def to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        inputs = inputs.to(self.device, non_blocking=True, memory_format=self.memory_format)
+        return inputs, targets.to(self.device, non_blocking=True)
 
     def run(self) -> None:
         config, world = self.config, self.world
@@ -213,8 +266,7 @@ class Trainer:
                     "run the same command again (same run directory) to continue, as jobs/train.sbatch "
                     "does after requeueing"
                 )
-            val_top1 = self.validate()
-            self.record(plan, row, trained, held, val_top1)
+            self.record(plan, row, trained, held, self.validate())
             chaos.point(world.rank, epoch, "before_checkpoint")
             every = config.checkpoint_every_epochs
             if every and ((epoch + 1) % every == 0 or epoch + 1 == config.epochs):
@@ -254,6 +306,9 @@ class Trainer:
                 if every_steps and iteration > first_step and iteration % every_steps == 0:
                     self.save_checkpoint(plan.epoch, iteration, row, trained)
                 chaos.point(rank, plan.epoch, f"iteration-{iteration}")
+                row.lr = learning_rate(self.config.optim, self.global_batch, plan.epoch * self.spec.iterations + iteration,
+                                       self.spec.iterations, self.config.epochs)
+                set_learning_rate(self.optimizer, row.lr)
                 with row.phase("io"):
                     images, labels, sample_ids, skipped = next(batches)
                 if self.scheduler:
@@ -266,9 +321,9 @@ class Trainer:
                         for parameter in self.model.parameters():
                             parameter.grad = torch.zeros_like(parameter)  # still join the allreduce
                     else:
-                        images = images.to(self.device, non_blocking=True)
-                        labels = labels.to(self.device, non_blocking=True)
-                        loss = self.loss_fn(self.model(images), labels)
+                        images, labels = self.to_device(images, labels)
+                        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                            loss = self.loss_fn(self.model(images), labels)
                         loss.backward()
                         row.loss_sum += loss.item()
                 with row.phase("allreduce", self.sync):
@@ -357,21 +412,21 @@ class Trainer:
         return path
 
     @torch.no_grad()
-    def validate(self) -> float:
+    def validate(self) -> dict[str, float]:
         average_buffers(self.model, self.world.size)
         self.model.eval()
-        counts = torch.zeros(2, dtype=torch.float64, device=self.device)  # correct, seen
+        scores = Scores(self.codec.task, self.codec.num_classes, self.device)
         for images, labels, _, _ in self.val_loader:
             if images is None:
                 continue
-            labels = labels.to(self.device, non_blocking=True)
-            predicted = self.model(images.to(self.device, non_blocking=True)).argmax(dim=1)
-            counts[0] += (predicted == labels).sum()
-            counts[1] += len(labels)
-        dist.all_reduce(counts)  # on the device: NCCL reduces GPU tensors only
-        return 100.0 * counts[0].item() / max(counts[1].item(), 1.0)
+            images, labels = self.to_device(images, labels)
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                logits = self.model(images)
+            scores.add(logits.float(), labels)
+        dist.all_reduce(scores.counts)  # on the device: NCCL reduces GPU tensors only
+        return scores.summary()
 
-    def record(self, plan: EpochPlan, row: RankEpoch, trained: list[int], held: list[int], val_top1: float) -> None:
+    def record(self, plan: EpochPlan, row: RankEpoch, trained: list[int], held: list[int], scores: dict) -> None:
         rows = self.world.comm.gather(row, root=0)
         audits = self.world.comm.gather((held, trained), root=0) if self.config.audit else None
         if not self.world.is_root:
@@ -384,7 +439,8 @@ class Trainer:
             "batch_size": self.config.batch_size,
             "num_samples": self.spec.num_samples,
             "iterations": self.spec.iterations,
-            "val_top1": val_top1,
+            "lr": row.lr,
+            **scores,
             **reduce_epoch(rows),
         }
         append_jsonl(self.run_dir / "metrics.jsonl", record)
@@ -395,8 +451,12 @@ class Trainer:
                     {"epoch": plan.epoch, "rank": rank, "held": held_ids, "trained": trained_ids},
                 )
         print(table_row(record), flush=True)
+        if self.sink:
+            self.sink.log(record)
 
     def close(self) -> None:
+        if self.sink:
+            self.sink.close()
         if self.scheduler:
             self.scheduler.close()
         for store in (self.store, self.replica):

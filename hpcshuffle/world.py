@@ -80,6 +80,17 @@ def on_root(world: World, make: Callable[[], T], *errors: type[Exception]) -> T:
     return world.comm.bcast(result, root=0)
 
 
+def on_all(world: World, make: Callable[[], T], *errors: type[Exception]) -> T:
+    """Collective: every rank computes `make()`; if it fails with one of `errors` on any rank, all raise."""
+    result, problem = None, None
+    try:
+        result = make()
+    except errors as err:
+        problem = str(err)
+    agree(world, problem)
+    return result
+
+
 def check_same(world: World, what: str, value: str) -> None:
     """Collective: fail on every rank unless all ranks pass the same `value` (e.g. a config hash)."""
     values = world.comm.allgather(value)

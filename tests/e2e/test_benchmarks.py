@@ -22,3 +22,16 @@ def test_stage_benchmark_prints_its_ratio_last():
     lines = result.stdout.strip().splitlines()
     assert re.fullmatch(r"staging/cp ratio: \d+\.\d\d", lines[-1]), lines[-1]
     assert lines[1].split() == ["method", "seconds", "MiB/s"]
+
+
+def test_train_throughput_benchmark_prints_its_ratio_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/train_throughput.py", "--device", "cpu", "--model", "small_cnn",
+         "--batch", "16", "--image-size", "32", "--classes", "10", "--steps", "8", "--warmup-steps", "2",
+         "--workers", "0", "--threads", "1", "--precision", "fp32"],
+        cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert re.fullmatch(r"runner/bare ratio: \d+\.\d\d", lines[-1]), lines[-1]
+    assert [line.split()[0] for line in lines[1:4]] == ["loop", "bare", "runner"]

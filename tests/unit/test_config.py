@@ -1,0 +1,57 @@
+"""The Hydra config tree: every experiment composes into a valid run config; bad settings are named."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from hydra import compose, initialize_config_dir
+
+from hpcshuffle.config import RunConfig
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.train import CONFIG_DIR
+
+EXPERIMENTS = sorted(path.stem for path in (Path(CONFIG_DIR) / "experiment").glob("*.yaml"))
+
+
+def run_config(*overrides: str) -> RunConfig:
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return RunConfig.from_hydra(compose(config_name="config", overrides=list(overrides)))
+
+
+def test_default_is_the_cpu_demo():
+    config = run_config()
+    assert (config.model, config.dataset.format, config.optim.name, config.device) == ("small_cnn", "imagefolder", "sgd", "cpu")
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes(experiment):
+    config = run_config(f"+experiment={experiment}", "dataset.root=/datasets/x", "model.weights=/w.pt")
+    assert config.epochs >= 30 and config.optim.lr > 0
+
+
+def test_paper_recipes():
+    resnet = run_config("+experiment=imagenet1k_resnet50", "dataset.root=/imagenet")
+    assert (resnet.model, resnet.optim.milestones, resnet.optim.peak_lr(32 * 512)) == ("resnet50", (30, 60, 80), pytest.approx(6.4))
+    wrn = run_config("+experiment=cifar100_wrn28_10", "dataset.root=/cifar")
+    assert (wrn.model_options["dropout"], wrn.optim.gamma, wrn.dataset.format) == (0.3, 0.2, "cifar100")
+    deepcam = run_config("+experiment=deepcam", "dataset.root=/deepcam")
+    assert (deepcam.optim.name, deepcam.optim.unit, deepcam.optim.warmup, deepcam.optim.milestones) == ("lamb", "step", 400, (800,))
+    assert deepcam.dataset.class_weights == pytest.approx((1.00173, 2.61461, 1.71642))
+    lars = run_config("+experiment=imagenet1k_resnet50_lars", "dataset.root=/imagenet")
+    assert (lars.optim.name, lars.label_smoothing, lars.model) == ("lars", 0.1, "resnet50")
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("+optim.learning_rate=0.1", "optim.learning_rate is not a setting of optim"),
+        ("optim.schedule=linear", "optim.schedule must be one of"),
+        ("precision=fp16", "precision must be one of"),
+        ("dataset.augment=mixup", "dataset.augment must be one of"),
+        ("loss.label_smoothing=1.5", r"loss.label_smoothing must be in \[0, 1\)"),
+    ],
+)
+def test_bad_settings_are_named(override, message):
+    with pytest.raises(ConfigError, match=message):
+        run_config(override)
