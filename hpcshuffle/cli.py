@@ -63,11 +63,27 @@ def cmd_plan(args: argparse.Namespace) -> None:
     print(plan_json(plans) if args.json else plan_summary(plans))
 
 
-def cmd_synth(args: argparse.Namespace) -> None:
-    from hpcshuffle.formats.synthetic import synth_imagefolder
+# `hpcshuffle synth` subcommand -> (registered format, the flags that make up its spec, what it writes)
+SYNTH = {
+    "imagefolder": ("imagefolder", ("samples", "classes", "val_samples", "size"), "images"),
+    "cifar": ("cifar100", ("samples", "val_samples", "classes", "layout"), "records"),
+    "deepcam": ("deepcam", ("samples", "val_samples", "height", "width"), "samples"),
+}
 
-    root = synth_imagefolder(args.out, args.samples, args.classes, args.val_samples, args.size, args.seed)
-    print(f"wrote {args.samples} training images in {args.classes} classes to {root}/train (and {root}/val)")
+
+def cmd_synth(args: argparse.Namespace) -> None:
+    from hpcshuffle.formats import get_format
+
+    name, flags, unit = SYNTH[args.format]
+    dataset_format = get_format(name)
+    spec = {flag: getattr(args, flag) for flag in flags}
+    root = dataset_format.synthesize(args.out, seed=args.seed, progress=True, **spec)
+    train, val = (dataset_format.scan(root, split) for split in dataset_format.splits)
+    classes = f" in {len(train.classes)} classes" if train.classes else ""
+    print(
+        f"wrote {len(train)} training {unit}{classes} to {train.root} "
+        f"({dataset_format.splits[0]}; {len(val)} in {dataset_format.splits[1]})"
+    )
 
 
 def parse_ranks(text: str | None, workers: int) -> list[int]:
@@ -86,7 +102,7 @@ def cmd_stage(args: argparse.Namespace) -> None:
 
     One rank per MPI process, or several ranks of one node from a single process.
     """
-    from hpcshuffle.formats import deepcam, imagefolder
+    from hpcshuffle.formats import get_format
     from hpcshuffle.stage import (
         assess, byte_progress, check_capacity, demand, execute, replica_ids, stage_rank, summary,
     )
@@ -95,9 +111,10 @@ def cmd_stage(args: argparse.Namespace) -> None:
 
     # room for the exchange's (1+q)·N/M peak only matters when samples move
     q = args.q if args.shuffle == "partial" and args.q is not None else 0.0
-    scan = imagefolder.scan if args.format == "imagefolder" else deepcam.scan
+    dataset_format = get_format(args.format)
+    split = args.split or dataset_format.splits[0]
     world = discover()
-    catalog = on_root(world, lambda: scan(args.src, args.split), ValueError, OSError)
+    catalog = on_root(world, lambda: dataset_format.scan(Path(args.src), split), ValueError, OSError)
     spec = PlanSpec(len(catalog), args.workers, batch_size=1, q=q, seed=args.seed)
     held = next(plan_epochs(spec, args.shuffle, 1)).held
 
@@ -151,6 +168,8 @@ def main(argv: list[str] | None = None) -> None:
         sys.argv = ["hpcshuffle train", *argv[1:]]
         train.main()
         return
+    from hpcshuffle.formats import FORMATS
+
     parser = argparse.ArgumentParser(prog="hpcshuffle", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 
@@ -175,6 +194,24 @@ def main(argv: list[str] | None = None) -> None:
     imagefolder.add_argument("--size", type=int, default=32, help="image side in pixels")
     imagefolder.add_argument("--seed", type=int, default=0)
     imagefolder.set_defaults(run=cmd_synth)
+    cifar = formats.add_parser(
+        "cifar", aliases=["cifar100"], help="CIFAR-100 containers in <out>/cifar-100-{python,binary}/"
+    )
+    cifar.add_argument("--out", required=True)
+    cifar.add_argument("--samples", type=int, required=True, help="training records")
+    cifar.add_argument("--val-samples", type=int, default=None, help="test records; default: samples/5")
+    cifar.add_argument("--classes", type=int, default=100)
+    cifar.add_argument("--layout", choices=["python", "binary"], default="python")
+    cifar.add_argument("--seed", type=int, default=0)
+    cifar.set_defaults(run=cmd_synth, format="cifar")
+    deepcam = formats.add_parser("deepcam", help="HDF5 files in <out>/{train,validation}/ and <out>/stats.h5")
+    deepcam.add_argument("--out", required=True)
+    deepcam.add_argument("--samples", type=int, required=True, help="training files")
+    deepcam.add_argument("--val-samples", type=int, default=None, help="validation files; default: samples/5")
+    deepcam.add_argument("--height", type=int, default=768, help="a multiple of 16")
+    deepcam.add_argument("--width", type=int, default=1152, help="a multiple of 16")
+    deepcam.add_argument("--seed", type=int, default=0)
+    deepcam.set_defaults(run=cmd_synth)
 
     stage = commands.add_parser(
         "stage",
@@ -188,8 +225,8 @@ def main(argv: list[str] | None = None) -> None:
     stage.add_argument("--workers", type=int, required=True, help="M, ranks of the training job")
     stage.add_argument("--q", type=float, default=None, help="exchange fraction (room is reserved for it)")
     stage.add_argument("--seed", type=int, default=0, help="the training run's seed")
-    stage.add_argument("--format", choices=["imagefolder", "deepcam"], default="imagefolder")
-    stage.add_argument("--split", default="train")
+    stage.add_argument("--format", choices=sorted(FORMATS), default="imagefolder")
+    stage.add_argument("--split", default=None, help="default: the format's training split")
     stage.add_argument("--threads", type=int, default=8, help="parallel copies per rank")
     stage.add_argument("--max-gib", type=float, default=None, help="cap on the space used per node")
     stage.add_argument("--ranks", default=None, help="single process: ranks to stage, e.g. 0-3")

@@ -1,1 +1,23 @@
-"""Sample formats: how a dataset on shared storage is listed, and synthetic datasets of that shape."""
+"""Sample formats: how a dataset on shared storage is listed and decoded, and synthetic datasets of each.
+
+`FORMATS` maps the names that `conf/dataset/*.yaml` (`format:`), `hpcshuffle stage --format`
+and `hpcshuffle synth` use to the formats; adding one means a module and an entry here.
+"""
+
+from __future__ import annotations
+
+from hpcshuffle.formats import cifar, deepcam, imagefolder
+from hpcshuffle.formats.codec import DatasetFormat
+
+FORMATS: dict[str, DatasetFormat] = {
+    "imagefolder": imagefolder.FORMAT,
+    "cifar100": cifar.FORMAT,
+    "deepcam": deepcam.FORMAT,
+}
+
+
+def get_format(name: str) -> DatasetFormat:
+    try:
+        return FORMATS[name]
+    except KeyError:
+        raise ValueError(f"unknown dataset format {name!r}; choose one of {sorted(FORMATS)}") from None

@@ -5,6 +5,9 @@ engine stages, stores and exchanges those bytes untouched. A *codec* turns one s
 into the model's input and target, augmenting training samples. Augmentation draws from
 torch's global RNG, which the loader seeds per (run seed, epoch, sample id), so codecs need no
 seeds of their own.
+
+Format modules import torch and torchvision only when a codec is built: `hpcshuffle stage`
+lists datasets through this package on every rank and has no use for torch's seconds of import.
 """
 
 from __future__ import annotations
@@ -12,11 +15,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from hpcshuffle.formats.catalog import Catalog
+
+if TYPE_CHECKING:
+    import torch
 
 AUGMENT = ("standard", "flip", "none")
 
