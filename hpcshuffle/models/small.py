@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from torch import nn
 
+from hpcshuffle.models.options import positive_int
+
 
 def _block(in_channels: int, out_channels: int) -> nn.Sequential:
     return nn.Sequential(
@@ -14,7 +16,17 @@ def _block(in_channels: int, out_channels: int) -> nn.Sequential:
 
 
 def small_cnn(num_classes: int, in_channels: int = 3, width: int = 16) -> nn.Module:
-    """Three conv-BN-ReLU blocks (two with 2× pooling), global average pooling, a linear head."""
+    """Three conv-BN-ReLU blocks (two with 2× pooling), global average pooling, a linear head.
+
+    Args:
+        num_classes: Width of the output logits.
+        in_channels: Channels of the input images.
+        width: Channels of the first block; the next two have 2× and 4× as many.
+
+    Returns:
+        A module mapping (N, in_channels, H, W) float images to (N, num_classes) logits.
+    """
+    width = positive_int("width", width)
     return nn.Sequential(
         _block(in_channels, width),
         nn.MaxPool2d(2),

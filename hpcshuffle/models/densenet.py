@@ -1,0 +1,36 @@
+"""DenseNet-161 (Huang et al. 2017) from torchvision, untrained, with a stem for other channels and small images."""
+
+from __future__ import annotations
+
+import torchvision
+from torch import nn
+
+from hpcshuffle.models.options import boolean
+
+STEM_CHANNELS = 96  # 2 × growth rate 48 for DenseNet-161
+
+
+def densenet161(num_classes: int, in_channels: int = 3, small_input: bool = False) -> nn.Module:
+    """DenseNet-161 for `in_channels`-channel images and `num_classes` classes; weights are random.
+
+    Args:
+        num_classes: Width of the output logits.
+        in_channels: Channels of the input images; the first conv is rebuilt when it is not 3.
+        small_input: Replace the ImageNet stem (7×7 stride-2 conv + 3×3 stride-2 max pool, a 4×
+            reduction) by a 3×3 stride-1 conv without pooling, the usual CIFAR adaptation: 32×32
+            images then reach the last dense block as 4×4 instead of 1×1.
+
+    Returns:
+        A module mapping (N, in_channels, H, W) float images to (N, num_classes) logits.
+    """
+    small_input = boolean("small_input", small_input)
+    model = torchvision.models.densenet161(weights=None, num_classes=num_classes)
+    stem = model.features
+    if small_input:
+        stem.conv0 = nn.Conv2d(in_channels, STEM_CHANNELS, kernel_size=3, stride=1, padding=1, bias=False)
+        stem.pool0 = nn.Identity()
+    elif in_channels != 3:
+        stem.conv0 = nn.Conv2d(in_channels, STEM_CHANNELS, kernel_size=7, stride=2, padding=3, bias=False)
+    # the replacement starts from the same initialisation torchvision gives every DenseNet conv
+    nn.init.kaiming_normal_(stem.conv0.weight)
+    return model
