@@ -6,13 +6,14 @@ and `hpcshuffle synth` use to the formats; adding one means a module and an entr
 
 from __future__ import annotations
 
-from hpcshuffle.formats import cifar, deepcam, imagefolder
+from hpcshuffle.formats import cifar, deepcam, imagefolder, memory
 from hpcshuffle.formats.codec import DatasetFormat
 
 FORMATS: dict[str, DatasetFormat] = {
     "imagefolder": imagefolder.FORMAT,
     "cifar100": cifar.FORMAT,
     "deepcam": deepcam.FORMAT,
+    "memory": memory.FORMAT,
 }
 
 

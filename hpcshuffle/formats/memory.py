@@ -11,11 +11,13 @@ import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions
+
+if TYPE_CHECKING:
+    import torch
 
 SPEC = "memory.json"
 SPLITS = ("train", "val")
@@ -54,6 +56,8 @@ class MemoryCodec:
     in_channels = 3
 
     def __init__(self, root: Path, train_catalog: Catalog, options: DatasetOptions) -> None:
+        import torch  # only where samples are decoded (see codec.py)
+
         spec = read_spec(root)
         self.num_classes = spec["classes"]
         generator = torch.Generator().manual_seed(spec["seed"])
@@ -75,4 +79,4 @@ def synthesize(out: str | Path, *, seed: int, progress: bool, samples: int, clas
     return out
 
 
-MEMORY = DatasetFormat(splits=SPLITS, scan=scan, codec=MemoryCodec, synthesize=synthesize)
+FORMAT = DatasetFormat(splits=SPLITS, scan=scan, codec=MemoryCodec, synthesize=synthesize)

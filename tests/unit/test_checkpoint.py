@@ -15,9 +15,10 @@ from mpi4py import MPI
 
 from hpcshuffle import checkpoint
 from hpcshuffle.checkpoint import Preemption, RankState, check_resumable, restore_rng, rng_state
-from hpcshuffle.config import RunConfig
+from hpcshuffle.config import DatasetConfig, RunConfig
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.metrics import append_jsonl, drop_epochs_from, read_jsonl
+from hpcshuffle.optim import OptimConfig
 
 PLAN = {"shuffle": "partial", "num_samples": 211, "num_ranks": 4, "batch_size": 8, "q": 0.5, "seed": 0, "dataset": "ab"}
 
@@ -86,8 +87,8 @@ def test_preemption_stops_at_the_next_poll_and_restores_the_handlers():
 
 
 VALID = RunConfig(
-    shuffle="partial", q=0.3, dataset_root=Path("data"), synthesize=None, model="small_cnn", epochs=2,
-    batch_size=8, seed=0, lr=0.1, momentum=0.9, weight_decay=0.0, local_dir=Path("store"), stage=True,
+    shuffle="partial", q=0.3, dataset=DatasetConfig("imagefolder", Path("data")), model="small_cnn", epochs=2,
+    batch_size=8, seed=0, optim=OptimConfig(), local_dir=Path("store"), stage=True,
     replica=False, stage_threads=2, max_bytes=None, loader_workers=0, exchange_timeout_s=60.0, device="cpu",
     threads=1, audit=False, progress=False,
 )

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from hydra import compose, initialize_config_dir
 
+from hpcshuffle import models
 from hpcshuffle.config import RunConfig
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.train import CONFIG_DIR
@@ -26,8 +27,11 @@ def test_default_is_the_cpu_demo():
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes(experiment):
-    config = run_config(f"+experiment={experiment}", "dataset.root=/datasets/x", "model.weights=/w.pt")
+    weights = ["model.weights=/w.pt"] if experiment == "cars_resnet50" else []  # fine-tuning needs them
+    config = run_config(f"+experiment={experiment}", "dataset.root=/datasets/x", *weights)
     assert config.epochs >= 30 and config.optim.lr > 0
+    # the model options it sets are ones the model has (`weights` is the runner's own)
+    assert set(config.model_options) - {"weights"} <= set(models.default_options(config.model))
 
 
 def test_paper_recipes():

@@ -6,14 +6,20 @@ import pytest
 import torch
 
 from hpcshuffle.formats.catalog import DatasetError
-from hpcshuffle.formats.imagefolder import scan
+from hpcshuffle.formats.codec import DatasetOptions
+from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.loader import EpochOrder, ImageSamples, make_loader
+from hpcshuffle.loader import EpochOrder, Samples, make_loader
 
 
 @pytest.fixture
 def catalog(tmp_path):
     return scan(synth_imagefolder(tmp_path / "src", 24, 2, image_size=12, progress=False), "train")
+
+
+def ImageSamples(catalog, store_roots, train: bool, **kwargs) -> Samples:  # noqa: N802 - reads like the class
+    """Samples of an ImageFolder with flips as the only augmentation."""
+    return Samples(catalog, make_codec(catalog.root, catalog, DatasetOptions("flip")), store_roots, train, **kwargs)
 
 
 def test_augmentation_depends_on_seed_epoch_and_id_only(catalog):
