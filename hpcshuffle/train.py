@@ -154,8 +154,12 @@ class Trainer:
     def __init__(self, world: World, config: RunConfig, run_dir: Path, preemption: Preemption) -> None:
         self.world, self.config, self.run_dir, self.preemption = world, config, run_dir, preemption
         self.device = torch.device(config.device)
-        if config.device == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("device=cuda but no GPU is visible; use device=cpu", collective=True)
+        if config.device == "cuda":
+            if not torch.cuda.is_available():
+                raise ConfigError("device=cuda but no GPU is visible; use device=cpu", collective=True)
+            # one GPU per rank on a node (Slurm's --gpus-per-task may leave each rank just one visible)
+            self.device = torch.device("cuda", world.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(self.device)
         torch.set_num_threads(config.threads)
         torch.manual_seed(config.seed)
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None

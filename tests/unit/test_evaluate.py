@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from hpcshuffle.evaluate import Scores
-from hpcshuffle.sinks import flatten
 
 
 def test_top1_and_top5_accuracy():
@@ -50,8 +49,3 @@ def test_counts_add_across_ranks_like_one_pass():
 def test_unknown_task_is_named():
     with pytest.raises(ValueError, match="task must be 'classify' or 'segment'"):
         Scores("detect", 3, torch.device("cpu"))
-
-
-def test_wandb_keys_are_flat_paths():
-    record = {"epoch": 1, "time": {"io": {"mean": 0.5}}, "samples": {"sent": 3}}
-    assert flatten(record) == {"epoch": 1, "time/io/mean": 0.5, "samples/sent": 3}
