@@ -15,6 +15,7 @@ checkpoint and exit with code 75 so that the job script can requeue.
 from __future__ import annotations
 
 import json
+import os
 import pickle
 import sys
 import time
@@ -47,6 +48,12 @@ from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
 from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_all, on_root
+
+RUN_ID_VARIABLE = "HPCSHUFFLE_RUN_ID"
+# `${run_id:}` in conf/config.yaml: the launching process's time, shared by every rank and job
+OmegaConf.register_new_resolver(
+    "run_id", lambda: os.environ.get(RUN_ID_VARIABLE) or time.strftime("%Y-%m-%d_%H-%M-%S"), replace=True
+)
 
 USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
 # absolute, so `python -m hpcshuffle.train` and the `hpcshuffle train` console script find it alike
@@ -490,6 +497,10 @@ def fail(world: World, err: BaseException) -> None:
         code = 1
     if world.size > 1 and not collective:
         world.comm.Abort(code)  # the other ranks may be waiting in a collective: end them too
+    if os.environ.get("SUBMITIT_EXECUTOR"):
+        # a job of a Slurm sweep (hydra/launcher=slurm): submitit reports a raised error as the
+        # job's result; after an exit it would have none and, without sacct, wait for one forever
+        raise RuntimeError(f"hpcshuffle: {err}") from None
     sys.exit(code)
 
 
@@ -525,12 +536,21 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
-    world = discover()
+    try:
+        world = discover()
+    except ConfigError as err:
+        print(f"hpcshuffle: error: {err}", file=sys.stderr, flush=True)
+        sys.exit(2)
     # every rank must name the run directory alike: rank 0's clock decides
     run_id = world.comm.bcast(time.strftime("%Y-%m-%d_%H-%M-%S") if world.is_root else None, root=0)
-    OmegaConf.register_new_resolver("run_id", lambda: run_id, replace=True)
+    # jobs a launcher starts elsewhere (submitit on Slurm) inherit it, so they resolve the same dirs
+    os.environ.setdefault(RUN_ID_VARIABLE, run_id)
     hydra_main()
 
 
 if __name__ == "__main__":
-    main()
+    # run the module's importable copy, not __main__'s: a launcher on Slurm (submitit) then
+    # pickles the task function by reference instead of trying to pickle this whole module
+    from hpcshuffle.train import main as importable_main
+
+    importable_main()

@@ -1,14 +1,17 @@
 """Who am I in the job: rank and world size from MPI, torch.distributed set up from them.
 
 mpi4py's COMM_WORLD is the source of truth, so the same code runs under `mpiexec`, under
-`srun --mpi=pmi2` and as a single process (an MPI singleton).
+`srun --mpi=pmi2` and as a single process (an MPI singleton). Launches where that truth is
+wrong — srun without PMI-2, torchrun — are recognised from their environment and refused with
+the fix: each process would otherwise be a job of one, training alone.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import TypeVar
@@ -35,8 +38,39 @@ class World:
         return self.rank == 0
 
 
-def discover() -> World:
+def launched_tasks(environ: Mapping[str, str]) -> tuple[str, int]:
+    """(launcher, processes it started) from the environment: srun, torchrun, or MPI's own."""
+    if "SLURM_STEP_NUM_TASKS" in environ:  # inside an srun step (not just inside an sbatch job)
+        return "srun", int(environ["SLURM_STEP_NUM_TASKS"])
+    if "TORCHELASTIC_RUN_ID" in environ and "WORLD_SIZE" in environ:
+        return "torchrun", int(environ["WORLD_SIZE"])
+    return "mpi", 0  # mpiexec / mpirun, or a single process: MPI knows
+
+
+def check_launch(mpi_size: int, environ: Mapping[str, str]) -> None:
+    """Fail with the fix when a launcher started several processes that MPI sees as separate jobs.
+
+    Every rank would otherwise train alone on the whole dataset, silently.
+    """
+    launcher, tasks = launched_tasks(environ)
+    if tasks <= 1 or mpi_size == tasks:
+        return
+    if launcher == "srun":
+        raise ConfigError(
+            f"srun started {tasks} tasks but MPI sees a job of {mpi_size}: start them as one MPI job with "
+            "`srun --mpi=pmi2 ...` (or export SLURM_MPI_TYPE=pmi2, or MpiDefault=pmi2 in slurm.conf)"
+        )
+    raise ConfigError(
+        f"torchrun started {tasks} processes but MPI sees a job of {mpi_size}: hpcshuffle's exchange and "
+        f"staging need MPI ranks, which torchrun cannot provide; launch with `mpiexec -n {tasks}` or "
+        f"`srun --mpi=pmi2 -n {tasks}` (torch.distributed is then set up from MPI)"
+    )
+
+
+def discover(environ: Mapping[str, str] = os.environ) -> World:
+    """This process's place in the job; raises ConfigError when the launch cannot work."""
     comm = MPI.COMM_WORLD
+    check_launch(comm.Get_size(), environ)
     node = comm.Split_type(MPI.COMM_TYPE_SHARED, key=comm.Get_rank())
     world = World(
         rank=comm.Get_rank(),

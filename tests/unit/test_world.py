@@ -1,0 +1,43 @@
+"""Launch checks: processes that MPI sees as separate jobs are refused with the fix, by launcher."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.world import check_launch, launched_tasks
+from tests.conftest import REPO, mpi_env
+
+
+def test_launchers_are_told_apart():
+    assert launched_tasks({"SLURM_STEP_NUM_TASKS": "4", "SLURM_NTASKS": "4"}) == ("srun", 4)
+    assert launched_tasks({"SLURM_NTASKS": "4"}) == ("mpi", 0)  # the batch script, not a step
+    assert launched_tasks({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}) == ("torchrun", 2)
+    assert launched_tasks({}) == ("mpi", 0)
+
+
+def test_matching_launches_pass():
+    check_launch(4, {"SLURM_STEP_NUM_TASKS": "4"})
+    check_launch(1, {"SLURM_STEP_NUM_TASKS": "1"})
+    check_launch(3, {})
+
+
+def test_srun_without_pmi2_names_the_flag():
+    with pytest.raises(ConfigError, match=r"srun started 4 tasks but MPI sees a job of 1: .*srun --mpi=pmi2"):
+        check_launch(1, {"SLURM_STEP_NUM_TASKS": "4"})
+
+
+def test_torchrun_is_refused_with_the_mpi_command():
+    with pytest.raises(ConfigError, match=r"torchrun started 2 processes .* `mpiexec -n 2`"):
+        check_launch(1, {"TORCHELASTIC_RUN_ID": "abc", "WORLD_SIZE": "2"})
+
+
+def test_the_runner_says_it_once_and_exits_2():
+    env = {**mpi_env(), "TORCHELASTIC_RUN_ID": "abc", "WORLD_SIZE": "2", "RANK": "0"}
+    result = subprocess.run([sys.executable, "-m", "hpcshuffle.train"], cwd=REPO, env=env, capture_output=True,
+                            text=True, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr.strip().startswith("hpcshuffle: error: torchrun started 2 processes")
