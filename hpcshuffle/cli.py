@@ -1,4 +1,4 @@
-"""The `hpcshuffle` command: plan, synth, train, report."""
+"""The `hpcshuffle` command: plan, synth, stage, train, report, tune-q."""
 
 from __future__ import annotations
 
@@ -154,10 +154,71 @@ def cmd_stage(args: argparse.Namespace) -> None:
             store.close()
 
 
-def cmd_report(args: argparse.Namespace) -> None:
-    from hpcshuffle.report import breakdown_table
+def expand_runs(paths: list[str]) -> list[Path]:
+    """Run directories as given; a directory without a metrics.jsonl of its own stands for the runs under it."""
+    from hpcshuffle.report import find_runs
 
-    print(breakdown_table([Path(d) for d in args.run_dirs]))
+    run_dirs = []
+    for path in map(Path, paths):
+        if not path.is_dir():
+            raise FileNotFoundError(
+                f"{path} does not exist or is not a directory; pass a run directory or a directory of runs"
+            )
+        if (path / "metrics.jsonl").exists():
+            run_dirs.append(path)
+            continue
+        found = find_runs(path)
+        if not found:
+            raise FileNotFoundError(
+                f"no run directories under {path} (none holds a metrics.jsonl); pass the directory a run, "
+                "sweep or job array wrote, e.g. results/sweeps/<time>"
+            )
+        run_dirs.extend(found)
+    return run_dirs
+
+
+def write_csv(rows: list[dict], path: Path) -> None:
+    from hpcshuffle.report import write_summary_csv
+
+    try:
+        write_summary_csv(rows, path)
+    except OSError as err:
+        raise ValueError(f"cannot write {path} ({err.strerror}); pass --csv with a writable path") from err
+
+
+def cmd_report(args: argparse.Namespace) -> None:
+    from hpcshuffle.report import breakdown_table, collect, read_epochs
+
+    run_dirs = expand_runs(args.run_dirs)
+    named = {Path(d) for d in args.run_dirs}
+    # a run found under a directory that has not finished an epoch yet is left out, not an error
+    started = [d for d in run_dirs if d in named or read_epochs(d / "metrics.jsonl")]
+    for run_dir in sorted(set(run_dirs) - set(started)):
+        print(f"hpcshuffle report: {run_dir} has no epochs yet; left out", file=sys.stderr)
+    if not started:
+        raise ValueError("none of the runs has finished an epoch yet")
+    print(breakdown_table(started))
+    if args.csv:
+        write_csv(collect(started), Path(args.csv))
+        print(f"wrote {args.csv} ({len(started)} runs)")
+
+
+def cmd_tune_q(args: argparse.Namespace) -> None:
+    from hpcshuffle.report import collect
+    from hpcshuffle.tune import tune_q, tune_table
+
+    results_dir = Path(args.results_dir)
+    if not results_dir.is_dir():
+        raise FileNotFoundError(
+            f"{results_dir} does not exist or is not a directory; pass the directory a sweep or job array "
+            "wrote, e.g. results/sweeps/<time>"
+        )
+    rows = collect(expand_runs([args.results_dir]))
+    result = tune_q(rows, args.tolerance, args.reference, args.include_incomplete)
+    csv_path = Path(args.csv) if args.csv else results_dir / "summary.csv"
+    write_csv(rows, csv_path)
+    print(tune_table(result))
+    print(f"wrote {csv_path} ({len(rows)} runs)")
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -235,8 +296,26 @@ def main(argv: list[str] | None = None) -> None:
     commands.add_parser("train", help="train: `hpcshuffle train <hydra overrides>` (see conf/)")
 
     report = commands.add_parser("report", help="breakdown table across run directories")
-    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR")
+    report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory, or a directory of runs")
+    report.add_argument("--csv", default=None, metavar="PATH", help="also write one summary row per run here")
     report.set_defaults(run=cmd_report)
+
+    tune = commands.add_parser(
+        "tune-q",
+        help="recommend the smallest exchange fraction q that keeps accuracy (paper §III-D)",
+        description="Per worker count, the smallest q among the local (q=0) and partial runs under "
+        "RESULTS_DIR whose final validation score is within --tolerance of global shuffling's. "
+        "Writes one row per run to RESULTS_DIR/summary.csv.",
+    )
+    tune.add_argument("results_dir", metavar="RESULTS_DIR", help="a sweep's or job array's output directory")
+    tune.add_argument("--tolerance", type=float, default=1.0,
+                      help="points of top-1 %% (or 100·IoU) a candidate may lose (default: 1.0)")
+    tune.add_argument("--reference", choices=["auto", "global", "best"], default="auto",
+                      help="compare with global shuffling, the best run, or global where there is one (default)")
+    tune.add_argument("--include-incomplete", action="store_true",
+                      help="count runs that stopped early, at their last epoch")
+    tune.add_argument("--csv", default=None, metavar="PATH", help="default: RESULTS_DIR/summary.csv")
+    tune.set_defaults(run=cmd_tune_q)
 
     args = parser.parse_args(argv)
     try:

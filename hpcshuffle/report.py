@@ -1,33 +1,61 @@
-"""Compare runs: the Fig. 10-style breakdown per run, and epoch time relative to local shuffling."""
+"""Compare runs: the Fig. 10-style breakdown per run, epoch time relative to local shuffling, and a
+one-row-per-run summary (CSV) of a results tree for tuning q (`hpcshuffle.tune`)."""
 
 from __future__ import annotations
 
+import csv
+import json
+import os
+import re
 from pathlib import Path
 
-from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
+import yaml
+
+from hpcshuffle.metrics import PHASES, validation_score
+
+
+def read_epochs(path: Path) -> list[dict]:
+    """metrics.jsonl records; a cut-off last line (a run killed mid-write) is left out."""
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if number < len(lines):
+                raise ValueError(f"{path}:{number} is not JSON ({err}); repair it or move that run away") from err
+    return records
+
+
+def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
+    """Per-epoch means of the phase times (epoch: slowest rank; others: mean over ranks) and of the
+    samples sent and read from shared storage; the first epoch is left out when there are several
+    and `skip_first` is set, since it pays start-up costs."""
+    steady = records[1:] if skip_first and len(records) > 1 else records
+    means = {}
+    for phase in PHASES:
+        stat = "max" if phase == "epoch" else "mean"
+        means[phase] = sum(r["time"][phase][stat] for r in steady) / len(steady)
+    for counter in ("sent", "read_shared"):
+        means[counter] = sum(r["samples"][counter] for r in steady) / len(steady)
+    return means
 
 
 def run_summary(run_dir: Path, skip_first: bool) -> dict:
     """Mean over epochs (the first left out when there are several: it pays start-up costs)."""
-    records = read_jsonl(run_dir / "metrics.jsonl")
+    records = read_epochs(run_dir / "metrics.jsonl")
     if not records:
         raise ValueError(f"{run_dir}/metrics.jsonl holds no epochs")
-    steady = records[1:] if skip_first and len(records) > 1 else records
     last = records[-1]
-    summary = {
+    return {
         "run": run_dir.name,
         "shuffle": last["shuffle"],
         "q": last["q"],
         "workers": last["workers"],
         "epochs": len(records),
         "val": validation_score(last),
-        "read_shared": sum(r["samples"]["read_shared"] for r in steady) / len(steady),
-        "sent": sum(r["samples"]["sent"] for r in steady) / len(steady),
+        **steady_means(records, skip_first),
     }
-    for phase in PHASES:
-        stat = "max" if phase == "epoch" else "mean"
-        summary[phase] = sum(r["time"][phase][stat] for r in steady) / len(steady)
-    return summary
 
 
 def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
@@ -50,3 +78,93 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
             f"{r['read_shared']:>7.0f} {r['val']:>8.2f}"
         )
     return "\n".join(lines)
+
+
+# -- a results tree, one row per run ---------------------------------------------------------
+
+SUMMARY_COLUMNS = (
+    "run", "shuffle", "q", "workers", "batch_size", "model", "dataset", "seed",
+    "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score",
+    "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "sent_per_epoch", "read_shared_per_epoch",
+)
+
+
+def _natural_key(path: Path) -> list:
+    # Hydra numbers sweep jobs 0, 1, ..., 10: order them as numbers, not as text
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", str(path))]
+
+
+def find_runs(root: Path) -> list[Path]:
+    """Every directory under `root` (root included) that holds a metrics.jsonl, in natural order."""
+    return sorted((path.parent for path in Path(root).rglob("metrics.jsonl") if path.is_file()), key=_natural_key)
+
+
+def _score(record: dict) -> tuple[str | None, float | None]:
+    if "val_top1" not in record and "val_iou" not in record:
+        return None, None
+    return ("val_top1" if "val_top1" in record else "val_iou"), validation_score(record)
+
+
+def run_row(run_dir: Path, name: str) -> dict:
+    """One run's summary row (SUMMARY_COLUMNS); scores and times are None before its first epoch."""
+    config_path = run_dir / "config.yaml"
+    config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
+    records = read_epochs(run_dir / "metrics.jsonl")
+    shuffle_config = config.get("shuffle") or {}
+    last = records[-1] if records else {}
+    epochs_planned = config.get("epochs")
+    score_name, final_score = _score(last)
+    scores = [score for score in (_score(r)[1] for r in records) if score is not None]
+    row = {
+        "run": name,
+        "shuffle": last.get("shuffle", shuffle_config.get("name")),
+        "q": last.get("q", shuffle_config.get("q")),
+        "workers": last.get("workers"),
+        "batch_size": last.get("batch_size", config.get("batch_size")),
+        "model": (config.get("model") or {}).get("name"),
+        "dataset": (config.get("dataset") or {}).get("format"),
+        "seed": config.get("seed"),
+        "epochs_done": len(records),
+        "epochs_planned": epochs_planned,
+        "complete": epochs_planned is not None and len(records) >= epochs_planned,
+        "score_name": score_name,
+        "final_score": final_score,
+        "best_score": max(scores) if scores else None,
+    }
+    means = steady_means(records, skip_first=True) if records else {}
+    for phase in PHASES:
+        row[f"{phase}_s"] = means.get(phase)
+    row["sent_per_epoch"] = means.get("sent")
+    row["read_shared_per_epoch"] = means.get("read_shared")
+    return row
+
+
+def collect(run_dirs: list[Path]) -> list[dict]:
+    """One summary row per run directory; `run` is its path relative to the runs' common root."""
+    run_dirs = [Path(d).resolve() for d in run_dirs]
+    if not run_dirs:
+        return []
+    root = Path(os.path.commonpath(run_dirs))
+    if root in run_dirs:  # name a run by at least its own directory
+        root = root.parent
+    return [run_row(d, str(d.relative_to(root))) for d in run_dirs]
+
+
+def _cell(value) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.4f}"
+    return str(value)
+
+
+def write_summary_csv(rows: list[dict], path: Path) -> Path:
+    """`rows` as CSV with a header (SUMMARY_COLUMNS order); floats to 4 decimals, None empty."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as out:
+        writer = csv.writer(out)
+        writer.writerow(SUMMARY_COLUMNS)
+        for row in rows:
+            writer.writerow([_cell(row.get(column)) for column in SUMMARY_COLUMNS])
+    return path

@@ -1,0 +1,240 @@
+"""Tune q (Nguyen et al. §III-D): start with local shuffling, treat q as a hyper-parameter.
+
+Given the summary rows of a sweep (`hpcshuffle.report.collect`), recommend per worker count the
+smallest exchange fraction q whose final validation score is within a tolerance of global
+shuffling's (or, without a global run, of the best run's).
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+REFERENCES = ("auto", "global", "best")
+CANDIDATES = ("local", "partial")  # what q can be tuned over; local is q = 0
+SHUFFLE_ORDER = {"local": 0, "partial": 1, "global": 2}
+SCORE_UNITS = {"val_top1": "top-1 %", "val_iou": "100·IoU"}
+EPSILON = 1e-9  # a score exactly at reference - tolerance qualifies despite float rounding
+
+
+@dataclass
+class QRow:
+    """One (shuffle, q) of a group: its runs (seeds) averaged."""
+
+    shuffle: str
+    q: float
+    workers: int
+    runs: int
+    final_score: float  # mean over runs
+    score_sd: float | None  # sample standard deviation over runs; None for a single run
+    epoch_s: float | None
+    vs_local: float | None  # epoch_s / local shuffling's epoch_s at the same worker count
+    sent_per_epoch: float | None
+    recommended: bool = False
+
+
+@dataclass
+class GroupResult:
+    """The recommendation for one worker count (of one model and dataset)."""
+
+    workers: int
+    model: str | None
+    dataset: str | None
+    score_name: str
+    reference: str | None  # "global" or "best"; None when a global reference was asked for but is missing
+    reference_label: str  # e.g. "global" or "best (partial q=0.3)"
+    reference_score: float | None
+    recommended_q: float | None
+    recommended_score: float | None
+    reason: str  # why no q qualifies ("" when one does)
+    rows: list[QRow]
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class TuneResult:
+    tolerance: float
+    groups: list[GroupResult]
+    skipped: list[tuple[str, str]]  # (run, why it was left out)
+
+    def group(self, workers: int) -> GroupResult:
+        """The only group with this worker count (several when the results mix models or datasets)."""
+        found = [g for g in self.groups if g.workers == workers]
+        if len(found) != 1:
+            raise KeyError(f"{len(found)} groups have workers={workers}")
+        return found[0]
+
+
+def skip_reason(row: dict, include_incomplete: bool) -> str | None:
+    if row["epochs_done"] == 0:
+        return "no epochs recorded yet"
+    if row["final_score"] is None:
+        return "no validation score in its last epoch"
+    if row["shuffle"] not in SHUFFLE_ORDER:
+        return f"shuffle {row['shuffle']!r} is not global, local or partial"
+    if not row["complete"] and not include_incomplete:
+        if row["epochs_planned"] is None:
+            return f"incomplete? {row['epochs_done']} epochs, planned count unknown (no epochs in config.yaml)"
+        return f"incomplete: {row['epochs_done']}/{row['epochs_planned']} epochs"
+    return None
+
+
+def _mean(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return sum(values) / len(values) if values else None
+
+
+def q_rows(runs: list[dict]) -> list[QRow]:
+    """Average the runs of each (shuffle, q), sorted by q (local before partial at equal q)."""
+    by_q: dict[tuple[str, float], list[dict]] = {}
+    for run in runs:
+        q = {"local": 0.0, "global": 1.0}.get(run["shuffle"], float(run["q"]))
+        by_q.setdefault((run["shuffle"], round(q, 6)), []).append(run)
+    rows = []
+    for (shuffle, q), same in sorted(by_q.items(), key=lambda item: (item[0][1], SHUFFLE_ORDER[item[0][0]])):
+        scores = [run["final_score"] for run in same]
+        rows.append(QRow(
+            shuffle=shuffle, q=q, workers=same[0]["workers"], runs=len(same), final_score=sum(scores) / len(scores),
+            score_sd=statistics.stdev(scores) if len(scores) > 1 else None,
+            epoch_s=_mean([run["epoch_s"] for run in same]), vs_local=None,
+            sent_per_epoch=_mean([run["sent_per_epoch"] for run in same]),
+        ))
+    local = next((row for row in rows if row.shuffle == "local"), None)
+    if local is not None and local.epoch_s:
+        for row in rows:
+            row.vs_local = None if row.epoch_s is None else row.epoch_s / local.epoch_s
+    return rows
+
+
+def _q_text(row: QRow) -> str:
+    local = "local, " if row.shuffle == "local" else ""
+    return f"q={row.q:g} ({local}{row.final_score:.2f})"
+
+
+def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult:
+    """The smallest q among one group's local and partial runs within `tolerance` of the reference."""
+    first = runs[0]
+    rows = q_rows(runs)
+    group = GroupResult(
+        workers=first["workers"], model=first["model"], dataset=first["dataset"], score_name=first["score_name"],
+        reference=None, reference_label="global", reference_score=None, recommended_q=None, recommended_score=None,
+        reason="", rows=rows,
+    )
+    for column in ("score_name", "batch_size", "epochs_planned"):
+        values = sorted({str(run[column]) for run in runs})
+        if len(values) > 1:
+            group.notes.append(f"runs differ in {column} ({', '.join(values)}): their scores may not be comparable")
+    global_row = next((row for row in rows if row.shuffle == "global"), None)
+    if global_row is not None and reference in ("auto", "global"):
+        group.reference, group.reference_score = "global", global_row.final_score
+    elif reference == "global":
+        group.reason = f"no global run with {group.workers} workers to compare with; run one or use --reference best"
+        return group
+    else:
+        best = max(rows, key=lambda row: row.final_score)
+        group.reference, group.reference_score = "best", best.final_score
+        group.reference_label = f"best ({best.shuffle}" + (f" q={best.q:g})" if best.shuffle == "partial" else ")")
+    candidates = [row for row in rows if row.shuffle in CANDIDATES]
+    if not candidates:
+        group.reason = f"no local or partial runs with {group.workers} workers; sweep shuffle=local,partial"
+        return group
+    threshold = group.reference_score - tolerance - EPSILON
+    chosen = next((row for row in candidates if row.final_score >= threshold), None)
+    if chosen is None:
+        best = max(candidates, key=lambda row: row.final_score)
+        group.reason = (
+            f"none within {tolerance:.2f} of {group.reference_label} ({group.reference_score:.2f}): the best, "
+            f"{_q_text(best)}, is {group.reference_score - best.final_score:.2f} below; "
+            "sweep larger q or raise --tolerance"
+        )
+        return group
+    chosen.recommended = True
+    group.recommended_q, group.recommended_score = chosen.q, chosen.final_score
+    return group
+
+
+def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_incomplete: bool = False) -> TuneResult:
+    """Recommend q per (model, dataset, workers) group of summary rows.
+
+    Args:
+        rows: `hpcshuffle.report.collect` rows.
+        tolerance: how far below the reference a candidate's final score may be, in the score's
+            units (points of top-1 %, or of 100·IoU).
+        reference: "global" (GS's final score), "best" (the best (shuffle, q)'s mean final score), or
+            "auto" (global where the group has a GS run, else best).
+        include_incomplete: also count runs that stopped before their planned epochs.
+
+    Returns:
+        TuneResult: one GroupResult per group, sorted by model, dataset and workers, and the runs left out.
+    """
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0 (points of the validation score), got {tolerance}")
+    if reference not in REFERENCES:
+        raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
+    skipped, groups = [], {}
+    for row in rows:
+        why = skip_reason(row, include_incomplete)
+        if why:
+            skipped.append((row["run"], why))
+            continue
+        groups.setdefault((row["model"] or "", row["dataset"] or "", row["workers"]), []).append(row)
+    return TuneResult(
+        tolerance=tolerance,
+        groups=[recommend(groups[key], tolerance, reference) for key in sorted(groups)],
+        skipped=skipped,
+    )
+
+
+def _number(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def recommendation_line(group: GroupResult, tolerance: float) -> str:
+    if group.recommended_q is None:
+        return f"workers {group.workers}: no recommendation: {group.reason}"
+    chosen = next(row for row in group.rows if row.recommended)
+    return (
+        f"workers {group.workers}: smallest q within {tolerance:.2f} of {group.reference_label} "
+        f"({group.reference_score:.2f}): {_q_text(chosen)}"
+    )
+
+
+def tune_table(result: TuneResult) -> str:
+    """Per group the (shuffle, q) table with the recommended row marked, then one line per group."""
+    if not result.groups:
+        return "\n".join(["no runs to compare", *_skipped_lines(result.skipped)])
+    names = sorted({SCORE_UNITS.get(g.score_name, g.score_name) for g in result.groups})
+    lines = [
+        f"final: validation score at the last epoch ({' / '.join(names) or 'none'}), mean over seeds; sd: over seeds",
+        "epoch_s: slowest rank's seconds, mean over epochs after the first; vs LS: epoch_s / local's at the same M",
+        f"{'shuffle':>8} {'q':>5} {'M':>4} {'runs':>4} {'final':>7} {'sd':>5} {'epoch_s':>8} {'vs LS':>6} "
+        f"{'sent/epoch':>11}",
+    ]
+    several = len({(g.model, g.dataset) for g in result.groups}) > 1
+    section = None
+    for group in result.groups:
+        if several and (group.model, group.dataset) != section:
+            section = (group.model, group.dataset)
+            lines.append(f"-- model {group.model}, dataset {group.dataset}")
+        for row in group.rows:
+            lines.append(
+                f"{row.shuffle:>8} {row.q:>5.2f} {row.workers:>4} {row.runs:>4} {row.final_score:>7.2f} "
+                f"{_number(row.score_sd, '.2f'):>5} {_number(row.epoch_s, '.2f'):>8} {_number(row.vs_local, '.2f'):>6} "
+                f"{_number(row.sent_per_epoch, '.0f'):>11}" + ("  <- recommended" if row.recommended else "")
+            )
+    lines.append("")
+    for group in result.groups:
+        prefix = f"{group.model}/{group.dataset} " if several else ""
+        lines.append(prefix + recommendation_line(group, result.tolerance))
+        lines.extend(f"  note: {note}" for note in group.notes)
+    return "\n".join(lines + _skipped_lines(result.skipped))
+
+
+def _skipped_lines(skipped: list[tuple[str, str]]) -> list[str]:
+    if not skipped:
+        return []
+    lines = [f"skipped {len(skipped)} run{'s' * (len(skipped) != 1)}:"]
+    lines.extend(f"  {run}: {why}" for run, why in skipped)
+    if any(why.startswith("incomplete") for _, why in skipped):
+        lines.append("  (--include-incomplete counts incomplete runs at their last epoch)")
+    return lines
