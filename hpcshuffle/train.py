@@ -14,6 +14,7 @@ checkpoint and exit with code 75 so that the job script can requeue.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import pickle
@@ -87,20 +88,26 @@ def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
 
 
 def ensure_synthetic(format_name: str, root: Path, spec: dict, seed: int, progress: bool) -> None:
-    marker = root / ".synthetic.json"
-    wanted = {"format": format_name, **spec, "seed": seed, "generator": GENERATOR_VERSION}
-    if marker.exists():
-        found = json.loads(marker.read_text())
-        if found != wanted:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        # the runs of a sweep may start at once: one writes the dataset, the others wait and reuse it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        marker = root / ".synthetic.json"
+        wanted = {"format": format_name, **spec, "seed": seed, "generator": GENERATOR_VERSION}
+        if marker.exists():
+            found = json.loads(marker.read_text())
+            if found != wanted:
+                raise DatasetError(
+                    f"{root} holds a synthetic dataset made with {found}, not {wanted}; "
+                    "delete it or point dataset.root elsewhere"
+                )
+            return
+        if root.exists() and any(root.iterdir()):
             raise DatasetError(
-                f"{root} holds a synthetic dataset made with {found}, not {wanted}; "
-                "delete it or point dataset.root elsewhere"
+                f"{root} exists but is not a complete synthetic dataset; delete it or change dataset.root"
             )
-        return
-    if root.exists() and any(root.iterdir()):
-        raise DatasetError(f"{root} exists but is not a complete synthetic dataset; delete it or change dataset.root")
-    get_format(format_name).synthesize(root, seed=seed, progress=progress, **spec)
-    marker.write_text(json.dumps(wanted))
+        get_format(format_name).synthesize(root, seed=seed, progress=progress, **spec)
+        marker.write_text(json.dumps(wanted))
 
 
 def open_store(world: World, config: RunConfig, target_ids, catalog: Catalog, plan_key: str, epoch: int) -> Store:
