@@ -145,6 +145,8 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 def average_gradients(model: nn.Module, world_size: int) -> None:
+    if world_size == 1:
+        return  # nothing to average: spare the flatten/unflatten copies of every gradient
     grads = [p.grad for p in model.parameters() if p.grad is not None]
     flat = _flatten_dense_tensors(grads)
     dist.all_reduce(flat)
@@ -155,6 +157,8 @@ def average_gradients(model: nn.Module, world_size: int) -> None:
 
 def average_buffers(model: nn.Module, world_size: int) -> None:
     """Average BatchNorm running statistics so every rank validates the same model."""
+    if world_size == 1:
+        return
     for buffer in model.buffers():
         if buffer.is_floating_point():
             dist.all_reduce(buffer)
