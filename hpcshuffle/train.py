@@ -4,7 +4,8 @@ One process per rank (mpiexec / srun). Every rank computes the same plan; local 
 shuffling train from the node-local store, partial shuffling exchanges samples over MPI during
 the epoch, global shuffling reads the shared dataset (or a node replica, storage.replica=true).
 Gradients are averaged with torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the
-allreduce is timed on its own.
+allreduce is timed on its own. The dataset's format (formats/) decodes samples; the model, the
+optimizer and its per-step learning rate come from conf/model and conf/optim (models/, optim.py).
 
 A run directory holding a checkpoint is resumed (checkpoint.py): the plan of the checkpoint's
 epoch is recomputed, every store is reconciled to it (stage.py, from peers first), and training
@@ -33,19 +34,19 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from tqdm import tqdm
 
 from hpcshuffle import chaos, checkpoint, models
-from hpcshuffle.evaluate import Scores
-from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
-from hpcshuffle.sinks import WandbSink
 from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE, Preempted, Preemption, RankState, restore_rng, rng_state
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.errors import ConfigError
+from hpcshuffle.evaluate import Scores
 from hpcshuffle.exchange import ExchangeError, Scheduler
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, drop_epochs_from, reduce_epoch, table_row
+from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.sinks import WandbSink
 from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
 from hpcshuffle.world import World, agree, check_same, config_digest, discover, init_torch_distributed, on_all, on_root
@@ -238,8 +239,7 @@ class Trainer:
         val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
         self.val_loader = make_loader(
             Samples(self.val_catalog, self.codec, None, train=False, on_error=config.on_error), val_order,
-            2 * config.batch_size,
-            config.loader_workers, pin_memory=self.device.type == "cuda",
+            2 * config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
         )
 
     def build_model(self) -> nn.Module:
