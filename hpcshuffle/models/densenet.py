@@ -6,6 +6,7 @@ import torchvision
 from torch import nn
 
 from hpcshuffle.models.options import boolean
+from hpcshuffle.models.stem import stem_conv
 
 STEM_CHANNELS = 96  # 2 × growth rate 48 for DenseNet-161
 
@@ -26,11 +27,11 @@ def densenet161(num_classes: int, in_channels: int = 3, small_input: bool = Fals
     small_input = boolean("small_input", small_input)
     model = torchvision.models.densenet161(weights=None, num_classes=num_classes)
     stem = model.features
+    replacement = stem_conv(in_channels, STEM_CHANNELS, small_input)
+    if replacement is not None:
+        stem.conv0 = replacement
     if small_input:
-        stem.conv0 = nn.Conv2d(in_channels, STEM_CHANNELS, kernel_size=3, stride=1, padding=1, bias=False)
         stem.pool0 = nn.Identity()
-    elif in_channels != 3:
-        stem.conv0 = nn.Conv2d(in_channels, STEM_CHANNELS, kernel_size=7, stride=2, padding=3, bias=False)
     # the replacement starts from the same initialisation torchvision gives every DenseNet conv
     nn.init.kaiming_normal_(stem.conv0.weight)
     return model

@@ -6,6 +6,7 @@ import torchvision
 from torch import nn
 
 from hpcshuffle.models.options import boolean
+from hpcshuffle.models.stem import stem_conv
 
 STEM_CHANNELS = 64
 
@@ -25,11 +26,11 @@ def resnet50(num_classes: int, in_channels: int = 3, small_input: bool = False) 
     """
     small_input = boolean("small_input", small_input)
     model = torchvision.models.resnet50(weights=None, num_classes=num_classes)
+    replacement = stem_conv(in_channels, STEM_CHANNELS, small_input)
+    if replacement is not None:
+        model.conv1 = replacement
     if small_input:
-        model.conv1 = nn.Conv2d(in_channels, STEM_CHANNELS, kernel_size=3, stride=1, padding=1, bias=False)
         model.maxpool = nn.Identity()
-    elif in_channels != 3:
-        model.conv1 = nn.Conv2d(in_channels, STEM_CHANNELS, kernel_size=7, stride=2, padding=3, bias=False)
     # the replacement starts from the same initialisation torchvision gives every ResNet conv
     nn.init.kaiming_normal_(model.conv1.weight, mode="fan_out", nonlinearity="relu")
     return model
