@@ -187,12 +187,13 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from hpcshuffle.report import breakdown_table, collect, read_epochs
+    from hpcshuffle.metrics import read_jsonl
+    from hpcshuffle.report import breakdown_table, collect
 
     run_dirs = expand_runs(args.run_dirs)
     named = {Path(d) for d in args.run_dirs}
     # a run found under a directory that has not finished an epoch yet is left out, not an error
-    started = [d for d in run_dirs if d in named or read_epochs(d / "metrics.jsonl")]
+    started = [d for d in run_dirs if d in named or read_jsonl(d / "metrics.jsonl", partial_last=True)]
     for run_dir in sorted(set(run_dirs) - set(started)):
         print(f"hpcshuffle report: {run_dir} has no epochs yet; left out", file=sys.stderr)
     if not started:

@@ -64,8 +64,22 @@ def append_jsonl(path: Path, record: dict) -> None:
         out.write(json.dumps(record) + "\n")
 
 
-def read_jsonl(path: Path) -> list[dict]:
-    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+def read_jsonl(path: Path, partial_last: bool = False) -> list[dict]:
+    """The records of a JSON-lines file.
+
+    Args:
+        partial_last: leave out a cut-off last line (a run killed mid-write) instead of failing;
+            a bad line before it fails either way.
+    """
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if not (partial_last and number == len(lines)):
+                raise ValueError(f"{path}:{number} is not JSON ({err}); repair it or move that run away") from err
+    return records
 
 
 def drop_epochs_from(path: Path, epoch: int) -> int:

@@ -4,27 +4,13 @@ one-row-per-run summary (CSV) of a results tree for tuning q (`hpcshuffle.tune`)
 from __future__ import annotations
 
 import csv
-import json
 import os
 import re
 from pathlib import Path
 
 import yaml
 
-from hpcshuffle.metrics import PHASES, validation_score
-
-
-def read_epochs(path: Path) -> list[dict]:
-    """metrics.jsonl records; a cut-off last line (a run killed mid-write) is left out."""
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if number < len(lines):
-                raise ValueError(f"{path}:{number} is not JSON ({err}); repair it or move that run away") from err
-    return records
+from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
 
 
 def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
@@ -43,7 +29,7 @@ def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
 
 def run_summary(run_dir: Path, skip_first: bool) -> dict:
     """Mean over epochs (the first left out when there are several: it pays start-up costs)."""
-    records = read_epochs(run_dir / "metrics.jsonl")
+    records = read_jsonl(run_dir / "metrics.jsonl", partial_last=True)
     if not records:
         raise ValueError(f"{run_dir}/metrics.jsonl holds no epochs")
     last = records[-1]
@@ -109,7 +95,7 @@ def run_row(run_dir: Path, name: str) -> dict:
     """One run's summary row (SUMMARY_COLUMNS); scores and times are None before its first epoch."""
     config_path = run_dir / "config.yaml"
     config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
-    records = read_epochs(run_dir / "metrics.jsonl")
+    records = read_jsonl(run_dir / "metrics.jsonl", partial_last=True)
     shuffle_config = config.get("shuffle") or {}
     last = records[-1] if records else {}
     epochs_planned = config.get("epochs")
