@@ -96,7 +96,8 @@ def ensure_synthetic(format_name: str, root: Path, spec: dict, seed: int, progre
         marker = root / ".synthetic.json"
         wanted = {"format": format_name, **spec, "seed": seed, "generator": GENERATOR_VERSION}
         if marker.exists():
-            found = json.loads(marker.read_text())
+            # markers written before datasets had formats name none: they were all ImageFolders
+            found = {"format": "imagefolder", **json.loads(marker.read_text())}
             if found != wanted:
                 raise DatasetError(
                     f"{root} holds a synthetic dataset made with {found}, not {wanted}; "

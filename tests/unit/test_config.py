@@ -59,3 +59,18 @@ def test_paper_recipes():
 def test_bad_settings_are_named(override, message):
     with pytest.raises(ConfigError, match=message):
         run_config(override)
+
+
+def test_a_synthetic_dataset_from_before_formats_is_reused_as_imagefolder(tmp_path):
+    import json
+
+    from hpcshuffle.formats.catalog import DatasetError
+    from hpcshuffle.formats.synthetic import GENERATOR_VERSION
+    from hpcshuffle.train import ensure_synthetic
+
+    spec = {"samples": 20, "classes": 2, "size": 8}
+    (tmp_path / "data").mkdir()
+    (tmp_path / "data" / ".synthetic.json").write_text(json.dumps({**spec, "seed": 0, "generator": GENERATOR_VERSION}))
+    ensure_synthetic("imagefolder", tmp_path / "data", spec, seed=0, progress=False)  # as it is
+    with pytest.raises(DatasetError, match="holds a synthetic dataset made with"):
+        ensure_synthetic("cifar100", tmp_path / "data", spec, seed=0, progress=False)
