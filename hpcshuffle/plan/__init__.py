@@ -10,13 +10,14 @@ from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from hpcshuffle.plan.common import EpochPlan, Exchange, PlanSpec, initial_partition
+from hpcshuffle.plan.common import EpochPlan, Exchange, Loans, PlanSpec, initial_partition
 from hpcshuffle.plan.global_ import plan_global
 from hpcshuffle.plan.local import plan_local
+from hpcshuffle.plan.locality import plan_locality
 from hpcshuffle.plan.partial import moves_per_rank, plan_partial
 
 # q is fixed by the strategy except for partial shuffling
-FIXED_Q = {"local": 0.0, "global": 1.0}
+FIXED_Q = {"local": 0.0, "global": 1.0, "locality": 0.0}
 
 Planner = Callable[[PlanSpec, list[np.ndarray], int], EpochPlan]
 
@@ -24,6 +25,7 @@ PLANNERS: dict[str, Planner] = {
     "global": plan_global,
     "local": plan_local,
     "partial": plan_partial,
+    "locality": plan_locality,
 }
 
 
@@ -48,6 +50,7 @@ def plan_epochs(spec: PlanSpec, shuffle: str, epochs: int, start_epoch: int = 0)
 __all__ = [
     "EpochPlan",
     "Exchange",
+    "Loans",
     "FIXED_Q",
     "PLANNERS",
     "PlanSpec",

@@ -109,6 +109,32 @@ class Exchange:
 
 
 @dataclass(frozen=True)
+class Loans:
+    """Samples lent for one step (locality-aware loading), one row per sample; arrays int64 (loans,).
+
+    Unlike an `Exchange`, nothing changes hands: the borrower trains on the sample at `step`
+    and drops it, the lender keeps it in its store.
+    """
+
+    step: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    sample_id: np.ndarray
+
+    def lends_of(self, rank: int) -> np.ndarray:
+        """Row indices of what `rank` lends, by step."""
+        return np.flatnonzero(self.src == rank)
+
+    def borrows_of(self, rank: int) -> np.ndarray:
+        """Row indices of what `rank` borrows, by step."""
+        return np.flatnonzero(self.dst == rank)
+
+    def lent_per_step(self, rank: int, iterations: int) -> np.ndarray:
+        """int64 (iterations,): how many samples `rank` lends at each step."""
+        return np.bincount(self.step[self.src == rank], minlength=iterations)
+
+
+@dataclass(frozen=True)
 class EpochPlan:
     """Who holds, trains on, sends and receives what during one epoch.
 
@@ -118,6 +144,7 @@ class EpochPlan:
             (empty for global shuffling, which reads shared storage).
         order: per rank, the ids it trains on, in order; all of length ⌈N/M⌉.
         exchange: the moves carried out during this epoch (None if nothing moves).
+        loans: samples lent for a single step (locality-aware loading; None otherwise).
         reads_shared: per rank, samples read from shared storage during the epoch.
     """
 
@@ -126,6 +153,7 @@ class EpochPlan:
     held: list[np.ndarray]
     order: list[np.ndarray]
     exchange: Exchange | None = None
+    loans: Loans | None = None
     reads_shared: list[int] = field(default_factory=list)
 
     def next_held(self) -> list[np.ndarray]:
@@ -148,14 +176,19 @@ class EpochPlan:
         return [len(ids) + extra for ids, extra in zip(self.held, received)]
 
     def sent_counts(self) -> list[int]:
-        if self.exchange is None:
-            return [0] * self.spec.num_ranks
-        return np.bincount(self.exchange.src, minlength=self.spec.num_ranks).tolist()
+        """Per rank, samples sent to peers during the epoch (moved or lent)."""
+        return self._per_rank("src")
 
     def received_counts(self) -> list[int]:
-        if self.exchange is None:
-            return [0] * self.spec.num_ranks
-        return np.bincount(self.exchange.dst, minlength=self.spec.num_ranks).tolist()
+        """Per rank, samples received from peers during the epoch (moved or borrowed)."""
+        return self._per_rank("dst")
+
+    def _per_rank(self, column: str) -> list[int]:
+        total = np.zeros(self.spec.num_ranks, dtype=np.int64)
+        for transfers in (self.exchange, self.loans):
+            if transfers is not None:
+                total += np.bincount(getattr(transfers, column), minlength=self.spec.num_ranks)
+        return total.tolist()
 
 
 def epoch_rng(seed: int, epoch: int, stream: int) -> np.random.Generator:
