@@ -67,6 +67,9 @@ class RunConfig:
     channels_last: bool = False
     wandb: bool = False
     wandb_project: str = "hpcshuffle"
+    loan_ahead: int = 4  # shuffle=locality: steps a loan is sent before its step
+    io_threads: int = 1  # per loader process: threads reading a batch's samples (fetch.py)
+    decode_threads: int = 0  # per loader process: threads decoding them (0: the loader's own thread)
 
     def __post_init__(self) -> None:
         if self.shuffle not in PLANNERS:
@@ -90,6 +93,11 @@ class RunConfig:
                 raise ConfigError(f"{key} must be >= 1, got {getattr(self, name)}")
         if self.loader_workers < 0:
             raise ConfigError(f"loader.workers must be >= 0, got {self.loader_workers}")
+        if self.io_threads < 1 or self.decode_threads < 0:
+            raise ConfigError(
+                f"loader.io_threads must be >= 1 and loader.decode_threads >= 0, got {self.io_threads} and "
+                f"{self.decode_threads}"
+            )
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.on_error not in ("fail", "skip"):
@@ -103,6 +111,8 @@ class RunConfig:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ConfigError(f"loss.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.loan_ahead < 1:
+            raise ConfigError(f"shuffle.ahead must be >= 1 (steps a loan is sent early), got {self.loan_ahead}")
         for name in ("checkpoint_every_epochs", "checkpoint_every_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '.', 1)} must be >= 0 (0: off), got {getattr(self, name)}")
@@ -161,6 +171,9 @@ class RunConfig:
             channels_last=bool(cfg.channels_last),
             wandb=bool(cfg.logger.wandb),
             wandb_project=cfg.logger.project,
+            loan_ahead=int(cfg.shuffle.get("ahead", 4)),
+            io_threads=int(cfg.loader.io_threads),
+            decode_threads=int(cfg.loader.decode_threads),
         )
 
 

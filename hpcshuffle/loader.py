@@ -7,23 +7,59 @@ what it trained on.
 Random augmentation is seeded by (run seed, epoch, sample id), not by a process's RNG stream:
 a sample is augmented alike whichever rank reads it, with any number of loader workers, and
 after a resume, so a resumed run repeats an uninterrupted one exactly.
+
+With `io_threads` > 1 (or `decode_threads` > 0) a batch is fetched by fetch.py: all its reads at
+once, each sample decoded as its bytes arrive, the batch in completion order. The draws above
+make every sample's tensor the same either way; only the order inside a batch changes.
 """
 
 from __future__ import annotations
 
+import os
 import signal
-from collections.abc import Iterator, Sequence
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
+from hpcshuffle.fetch import BatchFetcher
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
+from hpcshuffle.plan.locality import BORROWED, FROM_SHARED
 from hpcshuffle.store import sample_path
 
 ON_ERROR = ("fail", "skip")
+
+# torch's CPU RNG is one per process: decode threads seed and augment one at a time, so every
+# sample draws its own numbers (a forked child gets a fresh lock: a copied, held one stays held)
+_rng_lock = threading.Lock()
+
+
+def _new_rng_lock() -> None:
+    global _rng_lock
+    _rng_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_new_rng_lock)
+
+
+class SampleKey(NamedTuple):
+    """What the loader asks `Samples` for: a sample of an epoch, and where its bytes come from.
+
+    By default from the rank's store (or shared storage without one). Locality-aware loading
+    also reads samples no cache holds from shared storage (`shared`) and trains on samples a
+    peer lent it (`lent`: the bytes themselves, nothing to read).
+    """
+
+    epoch: int
+    sample_id: int
+    shared: bool = False
+    lent: bytes | None = None
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
@@ -31,7 +67,8 @@ def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
 
 
 class Samples(Dataset):
-    """Samples keyed by (epoch, sample id), read from node-local stores or shared storage, decoded by `codec`.
+    """Samples keyed by `SampleKey` (or a plain (epoch, sample id)), read from node-local stores or
+    shared storage, decoded by `codec`.
 
     Args:
         catalog: the split's listing (labels, where each sample's bytes are).
@@ -42,11 +79,18 @@ class Samples(Dataset):
         train: augment (seeded by `seed`, the epoch and the sample id).
         on_error: a sample that cannot be read or decoded either fails the run naming its file
             ("fail") or is left out of its batch and counted ("skip"; the item is None).
+        io_threads, decode_threads: per loader process, the threads that read a batch's files
+            and those that decode them (0: the thread that asked for the batch decodes); see
+            fetch.py (config: loader.io_threads, loader.decode_threads; Lobster's split of a
+            worker's threads between loading and preprocessing). The default 1, 0 reads one
+            sample after another.
+            Training augmentation holds torch's one RNG, so it runs one sample at a time however
+            many decode threads there are; reads still overlap it.
     """
 
     def __init__(
         self, catalog: Catalog, codec: Codec, store_roots: list[Path] | None, train: bool, seed: int = 0,
-        on_error: str = "fail",
+        on_error: str = "fail", io_threads: int = 1, decode_threads: int = 0,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -56,39 +100,69 @@ class Samples(Dataset):
         self.train = train
         self.seed = seed
         self.on_error = on_error
+        threaded = io_threads > 1 or decode_threads > 0
+        self.fetcher = BatchFetcher(self.load, self.decode, io_threads, decode_threads) if threaded else None
 
     def __len__(self) -> int:
         return len(self.catalog)
 
-    def where(self, sample_id: int) -> Path:
-        if not self.store_roots:
+    def where(self, sample_id: int, shared: bool = False) -> Path:
+        if shared or not self.store_roots:
             return self.catalog.path(sample_id)
         root = self.store_roots[sample_id % len(self.store_roots)]
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
-    def read(self, sample_id: int) -> bytes:
-        if not self.store_roots:
+    def read(self, sample_id: int, shared: bool = False) -> bytes:
+        if shared or not self.store_roots:
             return self.catalog.read_bytes(sample_id)
         return self.where(sample_id).read_bytes()
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int | torch.Tensor, int] | None:
-        epoch, sample_id = key
+        return self.decode(key, self.load(key))
+
+    def __getitems__(self, keys: list[tuple[int, int]]) -> list:
+        """A batch (DataLoader calls this): in completion order with threads, else in key order."""
+        if self.fetcher is None:
+            return [self[key] for key in keys]
+        return self.fetcher.fetch(keys)
+
+    def load(self, key: tuple[int, int]) -> bytes | None:
+        """The sample's bytes; None if it is skipped."""
+        key = SampleKey(*key)
+        if key.lent is not None:
+            return key.lent
+        try:
+            return self.read(key.sample_id, key.shared)
+        except (OSError, ValueError) as err:
+            return self.unreadable(key.sample_id, err, key.shared)
+
+    def decode(self, key: tuple[int, int], data: bytes | None) -> tuple[torch.Tensor, int | torch.Tensor, int] | None:
+        """(input, target, sample id), augmented as (seed, epoch, sample id) say; None if skipped."""
+        if data is None:
+            return None
+        epoch, sample_id = key[:2]
         label = self.catalog.labels[sample_id]
         try:
-            data = self.read(sample_id)
             if not self.train:
                 return (*self.codec.decode(data, label, train=False), sample_id)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(augmentation_seed(self.seed, epoch, sample_id))
+            sample_seed = augmentation_seed(self.seed, epoch, sample_id)
+            with _rng_lock, torch.random.fork_rng(devices=[]):
+                torch.manual_seed(sample_seed)
                 return (*self.codec.decode(data, label, train=True), sample_id)
         except (OSError, ValueError) as err:  # codecs raise SampleError, a ValueError
-            if self.on_error == "skip":
-                return None
-            raise DatasetError(
-                f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from "
-                f"{self.where(sample_id)}: {err}; replace or remove the file, or set loader.on_error=skip "
-                "to leave unreadable samples out (they are counted as `skipped` in metrics.jsonl)"
-            ) from None
+            key = SampleKey(*key)
+            return self.unreadable(sample_id, err, key.shared, lent=key.lent is not None)
+
+    def unreadable(self, sample_id: int, err: Exception, shared: bool = False, lent: bool = False) -> None:
+        """None in skip mode; else the DatasetError naming the sample's file."""
+        if self.on_error == "skip":
+            return None
+        origin = "the bytes a peer lent" if lent else self.where(sample_id, shared)
+        raise DatasetError(
+            f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from {origin}: {err}; "
+            "replace or remove the file, or set loader.on_error=skip to leave unreadable samples out "
+            "(they are counted as `skipped` in metrics.jsonl)"
+        ) from None
 
 
 def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, int]:
@@ -101,19 +175,55 @@ def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, to
     return images, labels, sample_ids, skipped
 
 
-class EpochOrder(Sampler[tuple[int, int]]):
-    """Yields (epoch, id) for the ids the plan says this rank trains on this epoch, in the plan's order."""
+class EpochOrder(Sampler[SampleKey]):
+    """Yields a `SampleKey` for each id the plan says this rank trains on this epoch, in the plan's order.
+
+    Locality-aware loading also gives each position's source (plan/locality.py `sources_of`)
+    and `borrow(step)`, which returns the (id, bytes) lent to this rank for a step (loans.py),
+    waiting for them if they are still in flight. The sampler runs in the training process, so
+    lent bytes reach the loader's workers inside their keys.
+    """
 
     def __init__(self) -> None:
         self.epoch = 0
         self.sample_ids: Sequence[int] = ()
+        self.sources: Sequence[int] | None = None
+        self.borrow: Callable[[int], list[tuple[int, bytes]]] | None = None
+        self.first_step = 0
+        self.batch_size = 1
 
-    def set_order(self, sample_ids: np.ndarray, epoch: int = 0) -> None:
+    def set_order(
+        self, sample_ids: np.ndarray, epoch: int = 0, sources: np.ndarray | None = None,
+        borrow: Callable[[int], list[tuple[int, bytes]]] | None = None, first_step: int = 0, batch_size: int = 1,
+    ) -> None:
+        """`sample_ids` from step `first_step` on; `sources` (aligned with them) and `borrow` for locality."""
+        if (sources is None) != (borrow is None):
+            raise ValueError("locality-aware loading needs both the sources of the samples and a way to borrow")
         self.epoch = epoch
         self.sample_ids = sample_ids.tolist()
+        self.sources = None if sources is None else sources.tolist()
+        self.borrow = borrow
+        self.first_step = first_step
+        self.batch_size = batch_size
 
-    def __iter__(self) -> Iterator[tuple[int, int]]:
-        return ((self.epoch, sample_id) for sample_id in self.sample_ids)
+    def __iter__(self) -> Iterator[SampleKey]:
+        if self.sources is None:
+            return (SampleKey(self.epoch, sample_id) for sample_id in self.sample_ids)
+        return self._locality_keys()
+
+    def _locality_keys(self) -> Iterator[SampleKey]:
+        lent: dict[int, list[bytes]] = defaultdict(list)
+        borrowed_step = None
+        for position, (sample_id, source) in enumerate(zip(self.sample_ids, self.sources)):
+            if source != BORROWED:
+                yield SampleKey(self.epoch, sample_id, shared=source == FROM_SHARED)
+                continue
+            step = self.first_step + position // self.batch_size
+            if step != borrowed_step:  # the step's first borrowed sample: take in all of them
+                for lent_id, data in self.borrow(step):
+                    lent[lent_id].append(data)
+                borrowed_step = step
+            yield SampleKey(self.epoch, sample_id, lent=lent[sample_id].pop())
 
     def __len__(self) -> int:
         return len(self.sample_ids)

@@ -2,7 +2,9 @@
 
 One process per rank (mpiexec / srun). Every rank computes the same plan; local and partial
 shuffling train from the node-local store, partial shuffling exchanges samples over MPI during
-the epoch, global shuffling reads the shared dataset (or a node replica, storage.replica=true).
+the epoch, global shuffling reads the shared dataset (or a node replica, storage.replica=true),
+locality-aware loading trains on global shuffling's batches from the node-local stores, ranks
+lending each other samples over MPI to even out their local batches.
 Gradients are averaged with torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the
 allreduce is timed on its own. The dataset's format (formats/) decodes samples; the model, the
 optimizer and its per-step learning rate come from conf/model and conf/optim (models/, optim.py).
@@ -43,9 +45,11 @@ from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.loans import Lender
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, drop_epochs_from, reduce_epoch, table_row
 from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.plan.locality import BORROWED, FROM_CACHE, FROM_SHARED, sources_of
 from hpcshuffle.sinks import WandbSink
 from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
@@ -216,6 +220,12 @@ class Trainer:
             store_roots = [rank_dir(config.local_dir, rank) for rank in world.node_ranks]
         self.reads_local = store_roots is not None
         self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store is not None else None
+        self.lender = None
+        if config.shuffle == "locality":
+            # a loan must be sent before the loader asks for it: cover the DataLoader's look-ahead
+            # (2 batches per worker process) and the batch being assembled
+            ahead = max(config.loan_ahead, 2 * config.loader_workers + 2)
+            self.lender = Lender(world.comm, self.store, ahead, config.exchange_timeout_s)
 
         self.codec = on_all(world, lambda: get_format(config.dataset.format).codec(
             config.dataset.root, self.train_catalog, config.dataset.options), DatasetError, ValueError, OSError)
@@ -233,13 +243,15 @@ class Trainer:
 
         self.order = EpochOrder()
         self.train_loader = make_loader(
-            Samples(self.train_catalog, self.codec, store_roots, train=True, seed=config.seed, on_error=config.on_error),
+            Samples(self.train_catalog, self.codec, store_roots, train=True, seed=config.seed, on_error=config.on_error,
+                    io_threads=config.io_threads, decode_threads=config.decode_threads),
             self.order, config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
         val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
         self.val_loader = make_loader(
-            Samples(self.val_catalog, self.codec, None, train=False, on_error=config.on_error), val_order,
+            Samples(self.val_catalog, self.codec, None, train=False, on_error=config.on_error,
+                    io_threads=config.io_threads, decode_threads=config.decode_threads), val_order,
             2 * config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
         )
 
@@ -312,7 +324,17 @@ class Trainer:
                 f"{len(diff.missing)} missing (e.g. {diff.missing[:5]}), {len(diff.extra)} extra "
                 f"(e.g. {diff.extra[:5]}); was {self.store.root} changed by another job?"
             )
-        self.order.set_order(plan.order[rank][first_step * self.config.batch_size :], plan.epoch)
+        batch_size = self.config.batch_size
+        sources = None
+        if self.lender:
+            sources = sources_of(plan, rank)
+            lent_per_step = plan.loans.lent_per_step(rank, self.spec.iterations)
+            self.lender.start_epoch(plan, first_step)
+        self.order.set_order(
+            plan.order[rank][first_step * batch_size :], plan.epoch,
+            sources=None if sources is None else sources[first_step * batch_size :],
+            borrow=self.lender.borrowed if self.lender else None, first_step=first_step, batch_size=batch_size,
+        )
         self.model.train()
         stopped, every_steps = None, self.config.checkpoint_every_steps
         with row.phase("epoch", self.sync):
@@ -332,8 +354,22 @@ class Trainer:
                 row.lr = learning_rate(self.config.optim, self.global_batch, plan.epoch * self.spec.iterations + iteration,
                                        self.spec.iterations, self.config.epochs)
                 set_learning_rate(self.optimizer, row.lr)
+                waited = self.lender.wait_s if self.lender else 0.0
                 with row.phase("io"):
                     images, labels, sample_ids, skipped = next(batches)
+                if self.lender:
+                    # waiting for borrowed samples is exchange time, not reading
+                    waited = self.lender.wait_s - waited
+                    row.seconds["io"] -= waited
+                    row.seconds["exchange"] += waited
+                    with row.phase("exchange"):
+                        self.lender.post(iteration)  # overlap: send loans of the coming steps during FW/BW
+                    # counted per step trained, so a resumed epoch counts each loan once
+                    batch_sources = sources[iteration * batch_size : (iteration + 1) * batch_size]
+                    row.samples["read_local"] += int((batch_sources == FROM_CACHE).sum())
+                    row.samples["read_shared"] += int((batch_sources == FROM_SHARED).sum())
+                    row.samples["received"] += int((batch_sources == BORROWED).sum())
+                    row.samples["sent"] += int(lent_per_step[iteration])
                 if self.scheduler:
                     # overlap: post this iteration's q·b sends before FW so they progress during FW/BW
                     with row.phase("exchange"):
@@ -363,8 +399,15 @@ class Trainer:
                         self.scheduler.synchronize()
                         row.samples["store_peak"] = len(self.store)
                         self.scheduler.clean_local_storage()
-        row.samples["read_local" if self.reads_local else "read_shared"] = len(trained)
-        if self.scheduler:
+            if self.lender:
+                with row.phase("exchange"):
+                    if stopped is not None:
+                        self.lender.abandon()
+                    else:
+                        self.lender.finish()
+        if not self.lender:
+            row.samples["read_local" if self.reads_local else "read_shared"] = len(trained)
+        if self.scheduler and not self.lender:
             row.samples["sent"] = self.scheduler.traffic.sent
             row.samples["received"] = self.scheduler.traffic.received
         elif self.replica is not None:
@@ -480,8 +523,9 @@ class Trainer:
     def close(self) -> None:
         if self.sink:
             self.sink.close()
-        if self.scheduler:
-            self.scheduler.close()
+        for mpi_user in (self.scheduler, self.lender):
+            if mpi_user is not None:
+                mpi_user.close()
         for store in (self.store, self.replica):
             if store is not None:
                 store.close()
