@@ -1,0 +1,81 @@
+"""PNG figures of the analyses: Fig. 6's imbalance boxes and the model's epoch time vs nodes.
+
+matplotlib is imported inside the functions, and only its Agg canvas is used, so importing this
+module is free and no global pyplot state or display is touched.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from hpcshuffle.analysis.imbalance import ImbalanceResult
+from hpcshuffle.analysis.model import METHODS, EpochPrediction, ModelParams, crossover_nodes, sample_io_time_s
+
+METHOD_LABELS = {"regular": "regular (PFS)", "cache": "distributed cache (7)", "locality": "locality-aware (8)"}
+
+
+def new_figure(width_in: float, height_in: float):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(width_in, height_in), layout="constrained")
+    FigureCanvasAgg(figure)
+    return figure
+
+
+def save(figure, path: Path) -> None:
+    try:
+        figure.savefig(path, dpi=120)
+    except OSError as err:
+        raise ValueError(f"cannot write {path} ({err.strerror}); pass --plot with a writable path") from err
+
+
+def plot_imbalance(results: list[ImbalanceResult], path: Path) -> None:
+    """Box plot of the per-step imbalance, grouped by node count and coloured by local batch (Fig. 6)."""
+    from matplotlib import colormaps
+    from matplotlib.patches import Patch
+
+    node_counts = sorted({r.num_nodes for r in results})
+    batch_sizes = sorted({r.batch_size for r in results})
+    colours = {b: colormaps["tab10"](index) for index, b in enumerate(batch_sizes)}
+    figure = new_figure(max(6.0, 1.2 + 0.45 * len(results)), 4.0)
+    axes = figure.add_subplot()
+    for result in results:
+        # one slot per batch size inside a node-count group, and an empty slot between groups
+        group = node_counts.index(result.num_nodes)
+        position = group * (len(batch_sizes) + 1) + batch_sizes.index(result.batch_size)
+        (first, third), (low, high) = result.quartiles_pct, result.whiskers_pct
+        stats = {"med": result.median_pct, "q1": first, "q3": third, "whislo": low, "whishi": high,
+                 "fliers": result.fliers_pct}
+        boxes = axes.bxp([stats], positions=[position], widths=0.7, patch_artist=True,
+                         medianprops={"color": "black"}, flierprops={"markersize": 2})
+        boxes["boxes"][0].set_facecolor(colours[result.batch_size])
+    centres = [group * (len(batch_sizes) + 1) + (len(batch_sizes) - 1) / 2 for group in range(len(node_counts))]
+    axes.set_xticks(centres, [f"p = {p}" for p in node_counts])
+    axes.set_ylabel("imbalance (% of the global batch p·b)")
+    axes.set_title("Global mini-batch imbalance over node caches (simulated)")
+    axes.legend(handles=[Patch(color=colours[b], label=f"b = {b}") for b in batch_sizes], title="local batch")
+    save(figure, path)
+
+
+def plot_model(params: ModelParams, predictions: list[EpochPrediction], path: Path) -> None:
+    """Predicted epoch time vs nodes for each loading method, with the training time (1) and D/R (2)."""
+    node_counts = [row.num_nodes for row in predictions]
+    figure = new_figure(6.0, 4.0)
+    axes = figure.add_subplot()
+    for method in METHODS:
+        axes.plot(node_counts, [getattr(row, method).epoch_s for row in predictions], marker="o",
+                  label=METHOD_LABELS[method])
+    axes.plot(node_counts, [row.training_s for row in predictions], linestyle="--", color="grey",
+              label="training D/(p·V) (1)")
+    axes.axhline(sample_io_time_s(params), linestyle=":", color="grey", label="storage I/O D/R (2)")
+    axes.axvline(crossover_nodes(params), linestyle="-.", color="lightgrey", label="p = R/V (5)")
+    # epoch times span orders of magnitude, so both axes are logarithmic
+    axes.set_xscale("log", base=2)
+    axes.set_xticks(node_counts, [str(p) for p in node_counts])
+    axes.set_yscale("log")
+    axes.set_xlabel("nodes p")
+    axes.set_ylabel("predicted epoch time (s)")
+    axes.set_title(f"Epoch time model, D = {params.num_samples} samples")
+    axes.legend(fontsize="small")
+    save(figure, path)
