@@ -11,6 +11,7 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from hpcshuffle.cache import POLICIES
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.optim import OptimConfig
@@ -70,6 +71,8 @@ class RunConfig:
     loan_ahead: int = 4  # shuffle=locality: steps a loan is sent before its step
     io_threads: int = 1  # per loader process: threads reading a batch's samples (fetch.py)
     decode_threads: int = 0  # per loader process: threads decoding them (0: the loader's own thread)
+    cache_policy: str = "none"  # shuffle=global: a planned cache of shared-storage reads (node_cache.py)
+    cache_samples: int | None = None  # per rank; None: a quarter of what a rank reads per epoch
 
     def __post_init__(self) -> None:
         if self.shuffle not in PLANNERS:
@@ -86,6 +89,17 @@ class RunConfig:
                 f"storage.replica=true keeps a full replica per node for shuffle=global; "
                 f"shuffle={self.shuffle} stages only each rank's partition: drop storage.replica"
             )
+        if self.cache_policy != "none":
+            if self.cache_policy not in POLICIES:
+                raise ConfigError(f"cache.policy must be 'none' or one of {sorted(POLICIES)}, got {self.cache_policy!r}")
+            if self.shuffle != "global" or self.replica:
+                raise ConfigError(
+                    f"cache.policy={self.cache_policy} caches reads from shared storage, which only shuffle=global "
+                    f"without storage.replica makes; shuffle={self.shuffle} reads node-local copies already: "
+                    "set cache.policy=none"
+                )
+            if self.cache_samples is not None and self.cache_samples < 1:
+                raise ConfigError(f"cache.samples must be >= 1 or null (a quarter of a rank's reads), got {self.cache_samples}")
         if self.max_bytes is not None and self.max_bytes <= 0:
             raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_bytes / 2**30:g}")
         for name, key in (("epochs",) * 2, ("batch_size",) * 2, ("threads",) * 2, ("stage_threads", "storage.threads")):
@@ -174,6 +188,8 @@ class RunConfig:
             loan_ahead=int(cfg.shuffle.get("ahead", 4)),
             io_threads=int(cfg.loader.io_threads),
             decode_threads=int(cfg.loader.decode_threads),
+            cache_policy=str(cfg.cache.policy),
+            cache_samples=None if cfg.cache.samples is None else int(cfg.cache.samples),
         )
 
 

@@ -30,8 +30,9 @@ from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 from hpcshuffle.fetch import BatchFetcher
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
+from hpcshuffle.node_cache import NOT_CACHED, cache_file
 from hpcshuffle.plan.locality import BORROWED, FROM_SHARED
-from hpcshuffle.store import sample_path
+from hpcshuffle.store import atomic_write, sample_path
 
 ON_ERROR = ("fail", "skip")
 
@@ -53,13 +54,17 @@ class SampleKey(NamedTuple):
 
     By default from the rank's store (or shared storage without one). Locality-aware loading
     also reads samples no cache holds from shared storage (`shared`) and trains on samples a
-    peer lent it (`lent`: the bytes themselves, nothing to read).
+    peer lent it (`lent`: the bytes themselves, nothing to read). With a planned cache
+    (node_cache.py), `cached` names the copy to read instead of shared storage and `admit` the
+    copy to write after reading it (NOT_CACHED: none).
     """
 
     epoch: int
     sample_id: int
     shared: bool = False
     lent: bytes | None = None
+    cached: int = NOT_CACHED
+    admit: int = NOT_CACHED
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
@@ -86,11 +91,12 @@ class Samples(Dataset):
             sample after another.
             Training augmentation holds torch's one RNG, so it runs one sample at a time however
             many decode threads there are; reads still overlap it.
+        cache_dir: the rank's planned cache (node_cache.py), for keys that read or admit copies.
     """
 
     def __init__(
         self, catalog: Catalog, codec: Codec, store_roots: list[Path] | None, train: bool, seed: int = 0,
-        on_error: str = "fail", io_threads: int = 1, decode_threads: int = 0,
+        on_error: str = "fail", io_threads: int = 1, decode_threads: int = 0, cache_dir: Path | None = None,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
@@ -100,6 +106,7 @@ class Samples(Dataset):
         self.train = train
         self.seed = seed
         self.on_error = on_error
+        self.cache_dir = cache_dir
         threaded = io_threads > 1 or decode_threads > 0
         self.fetcher = BatchFetcher(self.load, self.decode, io_threads, decode_threads) if threaded else None
 
@@ -131,10 +138,25 @@ class Samples(Dataset):
         key = SampleKey(*key)
         if key.lent is not None:
             return key.lent
+        if key.cached != NOT_CACHED:
+            try:
+                return cache_file(self.cache_dir, key.sample_id, key.cached).read_bytes()
+            except FileNotFoundError:
+                pass  # another worker is still writing the copy: shared storage has the sample too
         try:
-            return self.read(key.sample_id, key.shared)
+            data = self.read(key.sample_id, key.shared)
         except (OSError, ValueError) as err:
             return self.unreadable(key.sample_id, err, key.shared)
+        if key.admit != NOT_CACHED:
+            path = cache_file(self.cache_dir, key.sample_id, key.admit)
+            try:
+                atomic_write(path, [data], durable=False)  # the cache starts empty after a crash
+            except OSError as err:
+                raise DatasetError(
+                    f"cannot write sample {key.sample_id} into the cache at {path}: {err}; free space "
+                    "under storage.local_dir, lower cache.samples, or set cache.policy=none"
+                ) from None
+        return data
 
     def decode(self, key: tuple[int, int], data: bytes | None) -> tuple[torch.Tensor, int | torch.Tensor, int] | None:
         """(input, target, sample id), augmented as (seed, epoch, sample id) say; None if skipped."""
@@ -191,12 +213,15 @@ class EpochOrder(Sampler[SampleKey]):
         self.borrow: Callable[[int], list[tuple[int, bytes]]] | None = None
         self.first_step = 0
         self.batch_size = 1
+        self.cache: tuple[list[int], list[int]] | None = None
 
     def set_order(
         self, sample_ids: np.ndarray, epoch: int = 0, sources: np.ndarray | None = None,
         borrow: Callable[[int], list[tuple[int, bytes]]] | None = None, first_step: int = 0, batch_size: int = 1,
+        cache: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """`sample_ids` from step `first_step` on; `sources` (aligned with them) and `borrow` for locality."""
+        """`sample_ids` from step `first_step` on; for locality, `sources` (aligned with them) and
+        `borrow`; for a planned cache, `cache` = (read_from, write_as) aligned with them."""
         if (sources is None) != (borrow is None):
             raise ValueError("locality-aware loading needs both the sources of the samples and a way to borrow")
         self.epoch = epoch
@@ -205,11 +230,15 @@ class EpochOrder(Sampler[SampleKey]):
         self.borrow = borrow
         self.first_step = first_step
         self.batch_size = batch_size
+        self.cache = None if cache is None else (cache[0].tolist(), cache[1].tolist())
 
     def __iter__(self) -> Iterator[SampleKey]:
-        if self.sources is None:
-            return (SampleKey(self.epoch, sample_id) for sample_id in self.sample_ids)
-        return self._locality_keys()
+        if self.sources is not None:
+            return self._locality_keys()
+        if self.cache is not None:
+            return (SampleKey(self.epoch, sample_id, cached=cached, admit=admit)
+                    for sample_id, cached, admit in zip(self.sample_ids, *self.cache))
+        return (SampleKey(self.epoch, sample_id) for sample_id in self.sample_ids)
 
     def _locality_keys(self) -> Iterator[SampleKey]:
         lent: dict[int, list[bytes]] = defaultdict(list)

@@ -16,7 +16,8 @@ from pathlib import Path
 
 PHASES = ("io", "exchange", "fwbw", "allreduce", "epoch")
 # skipped: unreadable samples left out of their batch (loader.on_error=skip)
-COUNTERS = ("read_local", "read_shared", "sent", "received", "store_peak", "skipped")
+# read_cache: reads the planned cache (cache.policy) served instead of shared storage
+COUNTERS = ("read_local", "read_shared", "read_cache", "sent", "received", "store_peak", "skipped")
 
 
 @dataclass

@@ -47,6 +47,7 @@ from hpcshuffle.formats.synthetic import GENERATOR_VERSION
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.loans import Lender
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, drop_epochs_from, reduce_epoch, table_row
+from hpcshuffle.node_cache import PlannedCache
 from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.plan.locality import BORROWED, FROM_CACHE, FROM_SHARED, sources_of
@@ -227,6 +228,17 @@ class Trainer:
             ahead = max(config.loan_ahead, 2 * config.loader_workers + 2)
             self.lender = Lender(world.comm, self.store, ahead, config.exchange_timeout_s)
 
+        self.cache = None  # planned cache of shared-storage reads (shuffle=global)
+        if config.cache_policy != "none":
+            capacity = config.cache_samples or max(1, self.spec.max_share // 4)
+            self.cache = on_all(world, lambda: PlannedCache(
+                rank_dir(config.local_dir, world.rank) / "cache", self.spec, config.cache_policy, capacity,
+                config.epochs, world.rank, self.start_epoch, self.start_step,
+            ), OSError)
+            say(world, f"cache: {config.cache_policy}, {capacity} samples per rank under {config.local_dir}; "
+                       f"rank 0's planned hit ratio {self.cache.planned_hit_ratio:.3f} "
+                       f"(planned in {self.cache.planning_s:.1f} s)")
+
         self.codec = on_all(world, lambda: get_format(config.dataset.format).codec(
             config.dataset.root, self.train_catalog, config.dataset.options), DatasetError, ValueError, OSError)
         init_torch_distributed(world, "nccl" if self.device.type == "cuda" else "gloo")
@@ -244,7 +256,8 @@ class Trainer:
         self.order = EpochOrder()
         self.train_loader = make_loader(
             Samples(self.train_catalog, self.codec, store_roots, train=True, seed=config.seed, on_error=config.on_error,
-                    io_threads=config.io_threads, decode_threads=config.decode_threads),
+                    io_threads=config.io_threads, decode_threads=config.decode_threads,
+                    cache_dir=self.cache.root if self.cache else None),
             self.order, config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
@@ -334,6 +347,7 @@ class Trainer:
             plan.order[rank][first_step * batch_size :], plan.epoch,
             sources=None if sources is None else sources[first_step * batch_size :],
             borrow=self.lender.borrowed if self.lender else None, first_step=first_step, batch_size=batch_size,
+            cache=self.cache.decisions(plan.epoch, first_step) if self.cache else None,
         )
         self.model.train()
         stopped, every_steps = None, self.config.checkpoint_every_steps
@@ -357,6 +371,9 @@ class Trainer:
                 waited = self.lender.wait_s if self.lender else 0.0
                 with row.phase("io"):
                     images, labels, sample_ids, skipped = next(batches)
+                    if self.cache:
+                        self.cache.evict(plan.epoch, iteration)  # the batch is read: its evictions are due
+                        row.samples["read_cache"] += self.cache.hits(plan.epoch, iteration)
                 if self.lender:
                     # waiting for borrowed samples is exchange time, not reading
                     waited = self.lender.wait_s - waited
@@ -406,7 +423,8 @@ class Trainer:
                     else:
                         self.lender.finish()
         if not self.lender:
-            row.samples["read_local" if self.reads_local else "read_shared"] = len(trained)
+            reads = len(trained) - row.samples["read_cache"]
+            row.samples["read_local" if self.reads_local else "read_shared"] = reads
         if self.scheduler and not self.lender:
             row.samples["sent"] = self.scheduler.traffic.sent
             row.samples["received"] = self.scheduler.traffic.received
@@ -509,6 +527,10 @@ class Trainer:
             **scores,
             **reduce_epoch(rows),
         }
+        if self.cache:
+            hits, reads = record["samples"]["read_cache"], record["samples"]["read_shared"]
+            record["cache"] = {"policy": self.config.cache_policy, "samples": self.cache.capacity,
+                               "hit_ratio": hits / max(hits + reads, 1)}
         append_jsonl(self.run_dir / "metrics.jsonl", record)
         if audits is not None:
             for rank, (held_ids, trained_ids) in enumerate(audits):
@@ -523,9 +545,9 @@ class Trainer:
     def close(self) -> None:
         if self.sink:
             self.sink.close()
-        for mpi_user in (self.scheduler, self.lender):
-            if mpi_user is not None:
-                mpi_user.close()
+        for user in (self.scheduler, self.lender, self.cache):
+            if user is not None:
+                user.close()
         for store in (self.store, self.replica):
             if store is not None:
                 store.close()

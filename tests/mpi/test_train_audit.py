@@ -11,6 +11,7 @@ import json
 import numpy as np
 import pytest
 
+from hpcshuffle.cache import rank_trace, simulate
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from tests.conftest import SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args
@@ -18,6 +19,7 @@ from tests.conftest import SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args
 pytestmark = pytest.mark.mpi
 EPOCHS = 3
 BATCH = 8
+CACHE_SAMPLES = 20  # per rank, of the 71 it reads per epoch
 
 
 @pytest.mark.parametrize("ranks", [2, 3, 4, 5])
@@ -60,19 +62,33 @@ def test_partial_shuffling_never_loses_or_duplicates(small_dataset, tmp_path, ra
             assert stats["min"] <= stats["mean"] <= stats["max"]
 
 
-def test_global_shuffling_reads_shared_storage_only(small_dataset, tmp_path):
+@pytest.mark.parametrize("cache", [[], ["cache.policy=reuse_distance", f"cache.samples={CACHE_SAMPLES}"]])
+def test_global_shuffling_reads_shared_storage_only(small_dataset, tmp_path, cache):
+    """With a planned cache, the reads it serves are the ones its simulation planned."""
     run_dir = tmp_path / "run"
-    result = run_mpi(3, train_args(small_dataset, run_dir, tmp_path / "store", "shuffle=global", "audit=true"))
+    result = run_mpi(3, train_args(small_dataset, run_dir, tmp_path / "store", "shuffle=global", "audit=true", *cache))
     assert result.returncode == 0, result.stderr[-3000:]
-    plans = list(plan_epochs(PlanSpec(SMALL_SAMPLES, 3, BATCH, 1.0, 0), "global", EPOCHS))
+    spec = PlanSpec(SMALL_SAMPLES, 3, BATCH, 1.0, 0)
+    plans = list(plan_epochs(spec, "global", EPOCHS))
     for epoch, rows in audit_by_epoch(run_dir).items():
         trained = [i for row in rows for i in row["trained"]]
         assert set(trained) == set(range(SMALL_SAMPLES))
         assert trained == np.concatenate(plans[epoch].order).tolist()
         assert all(row["held"] == [] for row in rows)
-    for record in read_jsonl(run_dir / "metrics.jsonl"):
-        assert record["samples"]["read_shared"] == 3 * -(-SMALL_SAMPLES // 3)
-        assert record["samples"]["read_local"] == 0
+    planned = []  # per rank, the simulation the run replayed
+    for rank in range(3 if cache else 0):
+        trace, epoch_lengths = rank_trace(spec, "global", EPOCHS, rank)
+        planned.append(simulate(trace, CACHE_SAMPLES, "reuse_distance", epoch_lengths))
+    for epoch, record in enumerate(read_jsonl(run_dir / "metrics.jsonl")):
+        samples = record["samples"]
+        hits = sum(int(result.epoch_hits[epoch]) for result in planned)
+        assert (samples["read_cache"], samples["read_local"]) == (hits, 0)
+        assert samples["read_shared"] + samples["read_cache"] == 3 * spec.max_share
+        if cache:
+            assert record["cache"] == {"policy": "reuse_distance", "samples": CACHE_SAMPLES,
+                                       "hit_ratio": pytest.approx(hits / (3 * spec.max_share))}
+            assert epoch == 0 or hits > 0
+    assert not (tmp_path / "store" / "rank00000" / "cache").exists(), "the cache is removed at the end"
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])["shuffle"] == "global"
 
 

@@ -54,11 +54,15 @@ def test_paper_recipes():
         ("precision=fp16", "precision must be one of"),
         ("dataset.augment=mixup", "dataset.augment must be one of"),
         ("loss.label_smoothing=1.5", r"loss.label_smoothing must be in \[0, 1\)"),
+        ("cache.policy=fifo", "cache.policy must be 'none' or one of"),
+        ("cache.policy=lru shuffle=local", "only shuffle=global without storage.replica makes"),
+        ("cache.policy=lru shuffle=global cache.samples=0", "cache.samples must be >= 1 or null"),
+        ("loader.io_threads=0", "loader.io_threads must be >= 1"),
     ],
 )
 def test_bad_settings_are_named(override, message):
     with pytest.raises(ConfigError, match=message):
-        run_config(override)
+        run_config(*override.split())
 
 
 def test_a_synthetic_dataset_from_before_formats_is_reused_as_imagefolder(tmp_path):
