@@ -35,3 +35,25 @@ def test_train_throughput_benchmark_prints_its_ratio_last():
     lines = result.stdout.strip().splitlines()
     assert re.fullmatch(r"runner/bare ratio: \d+\.\d\d", lines[-1]), lines[-1]
     assert [line.split()[0] for line in lines[1:4]] == ["loop", "bare", "runner"]
+
+
+def test_cache_benchmark_prints_its_ratio_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/cache.py", "--samples", "2000", "--epochs", "3"],
+        cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert re.fullmatch(r"reuse-distance/LRU hit ratio: \d+\.\d\d", lines[-1]), lines[-1]
+
+
+def test_loader_benchmark_prints_its_ratio_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/loader.py", "--samples", "128", "--size", "64", "--batches", "3", "--rounds", "1"],
+        cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert "emulated parallel file system" in result.stdout
+    assert "same samples and tensors per sample id, every round: yes" in lines
+    assert re.fullmatch(r"unordered/DataLoader ratio: \d+\.\d\d", lines[-1]), lines[-1]
