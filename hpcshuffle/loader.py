@@ -1,8 +1,10 @@
 """Dataset / Sampler / DataLoader glue: a rank reads the ids its plan lists, from where they live.
 
 Local and partial shuffling read from the node-local store; global shuffling and validation
-read the shared dataset. The format's codec turns bytes into tensors. Items carry their sample id so the training loop can audit exactly
-what it trained on.
+read the shared dataset (global shuffling through a planned cache with `cache.policy`,
+node_cache.py); locality-aware loading reads its store, shared storage for what no node holds,
+and trains on bytes peers lent it (loans.py). The format's codec turns bytes into tensors.
+Items carry their sample id so the training loop can audit exactly what it trained on.
 
 Random augmentation is seeded by (run seed, epoch, sample id), not by a process's RNG stream:
 a sample is augmented alike whichever rank reads it, with any number of loader workers, and
@@ -203,7 +205,8 @@ class EpochOrder(Sampler[SampleKey]):
     Locality-aware loading also gives each position's source (plan/locality.py `sources_of`)
     and `borrow(step)`, which returns the (id, bytes) lent to this rank for a step (loans.py),
     waiting for them if they are still in flight. The sampler runs in the training process, so
-    lent bytes reach the loader's workers inside their keys.
+    lent bytes reach the loader's workers inside their keys. Global shuffling with a planned
+    cache gives, per position, the cached copy to read and the copy to write (node_cache.py).
     """
 
     def __init__(self) -> None:
