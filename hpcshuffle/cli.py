@@ -1,4 +1,4 @@
-"""The `hpcshuffle` command: plan, synth, stage, train, report, tune-q, imbalance, model."""
+"""The `hpcshuffle` command: plan, synth, stage, train, simulate, report, tune-q, imbalance, model."""
 
 from __future__ import annotations
 
@@ -191,7 +191,7 @@ def write_csv(rows: list[dict], path: Path) -> None:
 
 def cmd_report(args: argparse.Namespace) -> None:
     from hpcshuffle.metrics import read_jsonl
-    from hpcshuffle.report import breakdown_table, collect
+    from hpcshuffle.report import breakdown_table, collect, curve_tables, write_plots
 
     run_dirs = expand_runs(args.run_dirs)
     named = {Path(d) for d in args.run_dirs}
@@ -201,7 +201,13 @@ def cmd_report(args: argparse.Namespace) -> None:
         print(f"hpcshuffle report: {run_dir} has no epochs yet; left out", file=sys.stderr)
     if not started:
         raise ValueError("none of the runs has finished an epoch yet")
+    # figures first: a --plot that cannot be written fails before any table is printed
+    plots = write_plots(started, Path(args.plot)) if args.plot else []
     print(breakdown_table(started))
+    print()
+    print(curve_tables(started))
+    for path in plots:
+        print(f"wrote {path}")
     if args.csv:
         write_csv(collect(started), Path(args.csv))
         print(f"wrote {args.csv} ({len(started)} runs)")
@@ -263,12 +269,30 @@ def cmd_model(args: argparse.Namespace) -> None:
         print(f"wrote {args.plot}")
 
 
+def simulate_argv(argv: list[str]) -> list[str]:
+    """`simulate M overrides...` as the training run's arguments: M virtual workers in one process."""
+    workers = argv[0] if argv else ""
+    if not workers.isdigit() or int(workers) < 1:
+        raise ValueError(
+            f"`hpcshuffle simulate M [hydra overrides]`: M, the number of virtual workers, must be a positive "
+            f"integer, got {workers!r}; e.g. `hpcshuffle simulate 64 shuffle=partial shuffle.q=0.1`"
+        )
+    return [f"shuffle.virtual_workers={int(workers)}", *argv[1:]]
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["train"]:
+    if argv[:1] in (["train"], ["simulate"]):
         from hpcshuffle import train
 
-        sys.argv = ["hpcshuffle train", *argv[1:]]
+        overrides = argv[1:]
+        if argv[0] == "simulate" and argv[1:2] not in (["-h"], ["--help"]):
+            try:
+                overrides = simulate_argv(argv[1:])
+            except ValueError as err:
+                print(f"hpcshuffle simulate: error: {err}", file=sys.stderr)
+                sys.exit(2)
+        sys.argv = [f"hpcshuffle {argv[0]}", *overrides]
         train.main()
         return
     from hpcshuffle.formats import FORMATS
@@ -336,10 +360,19 @@ def main(argv: list[str] | None = None) -> None:
     stage.set_defaults(run=cmd_stage)
 
     commands.add_parser("train", help="train: `hpcshuffle train <hydra overrides>` (see conf/)")
+    commands.add_parser("simulate", help="train M virtual workers in one process: `hpcshuffle simulate M "
+                                         "<hydra overrides>` (= train shuffle.virtual_workers=M)")
 
-    report = commands.add_parser("report", help="breakdown table across run directories")
+    report = commands.add_parser(
+        "report",
+        help="breakdown table and validation curves across run directories",
+        description="Seconds per epoch in each phase per run (Fig. 10), then the validation score per epoch "
+        "per run (Fig. 5), and the shuffle quality per epoch where runs record it (mixing.quality).",
+    )
     report.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="a run directory, or a directory of runs")
     report.add_argument("--csv", default=None, metavar="PATH", help="also write one summary row per run here")
+    report.add_argument("--plot", default=None, metavar="DIR",
+                        help="also write breakdown.png, accuracy.png (and quality.png) into DIR")
     report.set_defaults(run=cmd_report)
 
     tune = commands.add_parser(

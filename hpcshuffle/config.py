@@ -73,6 +73,9 @@ class RunConfig:
     decode_threads: int = 0  # per loader process: threads decoding them (0: the loader's own thread)
     cache_policy: str = "none"  # shuffle=global: a planned cache of shared-storage reads (node_cache.py)
     cache_samples: int | None = None  # per rank; None: a quarter of what a rank reads per epoch
+    virtual_workers: int = 0  # >0: one process trains as synchronous SGD over this many workers (simulate.py)
+    virtual_chunk: int = 0  # virtual workers per forward/backward pass; 0: all of them
+    step_loss: bool = False  # metrics.jsonl: also each step's loss (mean over workers)
 
     def __post_init__(self) -> None:
         if self.shuffle not in PLANNERS:
@@ -100,6 +103,7 @@ class RunConfig:
                 )
             if self.cache_samples is not None and self.cache_samples < 1:
                 raise ConfigError(f"cache.samples must be >= 1 or null (a quarter of a rank's reads), got {self.cache_samples}")
+        self._check_virtual()
         if self.max_bytes is not None and self.max_bytes <= 0:
             raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_bytes / 2**30:g}")
         for name, key in (("epochs",) * 2, ("batch_size",) * 2, ("threads",) * 2, ("stage_threads", "storage.threads")):
@@ -130,6 +134,27 @@ class RunConfig:
         for name in ("checkpoint_every_epochs", "checkpoint_every_steps"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name.replace('_', '.', 1)} must be >= 0 (0: off), got {getattr(self, name)}")
+
+    def _check_virtual(self) -> None:
+        if self.virtual_workers < 0 or self.virtual_chunk < 0:
+            raise ConfigError(
+                f"shuffle.virtual_workers and shuffle.virtual_chunk must be >= 0 (0: off), got "
+                f"{self.virtual_workers} and {self.virtual_chunk}"
+            )
+        if not self.virtual_workers:
+            if self.virtual_chunk:
+                raise ConfigError("shuffle.virtual_chunk only applies with shuffle.virtual_workers=M; set both or neither")
+            return
+        if self.on_error != "fail":
+            raise ConfigError(
+                "shuffle.virtual_workers normalises each virtual worker's whole local batch, which a skipped "
+                "sample would break: set loader.on_error=fail"
+            )
+        if self.cache_policy != "none" or self.replica:
+            raise ConfigError(
+                "shuffle.virtual_workers simulates the training, not the I/O: it reads shared storage directly; "
+                "set cache.policy=none and storage.replica=false"
+            )
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
@@ -190,6 +215,9 @@ class RunConfig:
             decode_threads=int(cfg.loader.decode_threads),
             cache_policy=str(cfg.cache.policy),
             cache_samples=None if cfg.cache.samples is None else int(cfg.cache.samples),
+            virtual_workers=int(cfg.shuffle.virtual_workers),
+            virtual_chunk=int(cfg.shuffle.virtual_chunk),
+            step_loss=bool(cfg.logger.step_loss),
         )
 
 

@@ -27,6 +27,7 @@ class RankEpoch:
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PHASES, 0.0))
     samples: dict[str, int] = field(default_factory=lambda: dict.fromkeys(COUNTERS, 0))
     loss_sum: float = 0.0
+    step_losses: list[float | None] = field(default_factory=list)  # None: a step whose samples were all skipped
     iterations: int = 0
     lr: float = 0.0  # the learning rate of the last iteration
 
@@ -44,8 +45,9 @@ class RankEpoch:
             self.seconds[name] += time.perf_counter() - start
 
 
-def reduce_epoch(rows: list[RankEpoch]) -> dict:
-    """min / mean / max over ranks of every phase, and counters summed over ranks."""
+def reduce_epoch(rows: list[RankEpoch], step_loss: bool = False) -> dict:
+    """min / mean / max over ranks of every phase, and counters summed over ranks; with `step_loss`,
+    each step's loss averaged over the ranks that trained on something at that step."""
     time_stats = {}
     for phase in PHASES:
         values = [row.seconds[phase] for row in rows]
@@ -53,11 +55,19 @@ def reduce_epoch(rows: list[RankEpoch]) -> dict:
     samples = {name: sum(row.samples[name] for row in rows) for name in COUNTERS}
     samples["store_peak_rank_max"] = max(row.samples["store_peak"] for row in rows)
     iterations = sum(row.iterations for row in rows)
-    return {
+    reduced = {
         "time": time_stats,
         "samples": samples,
         "train_loss": sum(row.loss_sum for row in rows) / max(iterations, 1),
     }
+    if step_loss:
+        reduced["step_loss"] = [_mean_of_known(step) for step in zip(*(row.step_losses for row in rows))]
+    return reduced
+
+
+def _mean_of_known(values: tuple[float | None, ...]) -> float | None:
+    known = [value for value in values if value is not None]
+    return sum(known) / len(known) if known else None
 
 
 def append_jsonl(path: Path, record: dict) -> None:

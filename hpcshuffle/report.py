@@ -1,5 +1,6 @@
-"""Compare runs: the Fig. 10-style breakdown per run, epoch time relative to local shuffling, and a
-one-row-per-run summary (CSV) of a results tree for tuning q (`hpcshuffle.tune`)."""
+"""Compare runs: the Fig. 10-style breakdown per run, epoch time relative to local shuffling, the
+Fig. 5-style validation curves (and shuffle-quality curves where runs record `mixing`), their PNG
+figures, and a one-row-per-run summary (CSV) of a results tree for tuning q (`hpcshuffle.tune`)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
+from hpcshuffle.plan import FIXED_Q
 
 
 def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
@@ -66,6 +68,107 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
     return "\n".join(lines)
 
 
+# -- curves per epoch (Fig. 5) and the figures -------------------------------------------------
+
+SCORE_UNITS = {"val_top1": "top-1 %", "val_iou": "mean IoU %"}
+
+
+def _score(record: dict) -> tuple[str | None, float | None]:
+    if "val_top1" not in record and "val_iou" not in record:
+        return None, None
+    return ("val_top1" if "val_top1" in record else "val_iou"), validation_score(record)
+
+
+def run_label(record: dict, with_workers: bool) -> str:
+    """'global', 'local', 'partial-0.3'; with workers: 'partial-0.3-M4' ('M4v': virtual workers)."""
+    label = record["shuffle"] if record["shuffle"] in FIXED_Q else f"{record['shuffle']}-{record['q']:g}"
+    if with_workers:
+        label += f"-M{record['workers']}" + ("v" if record.get("virtual_workers") else "")
+    return label
+
+
+def load_runs(run_dirs: list[Path]) -> dict[str, list[dict]]:
+    """Each run's epoch records under its label (workers shown when the runs differ in them; the
+    directory name added where labels would still repeat), in the order given."""
+    runs = []
+    for run_dir in run_dirs:
+        records = read_jsonl(Path(run_dir) / "metrics.jsonl", partial_last=True)
+        if not records:
+            raise ValueError(f"{run_dir}/metrics.jsonl holds no epochs")
+        runs.append((Path(run_dir), records))
+    with_workers = len({(r[-1]["workers"], bool(r[-1].get("virtual_workers"))) for _, r in runs}) > 1
+    labels = [run_label(records[-1], with_workers) for _, records in runs]
+    return {
+        label if labels.count(label) == 1 else f"{label} ({run_dir.name})": records
+        for label, (run_dir, records) in zip(labels, runs)
+    }
+
+
+def score_value(record: dict) -> float | None:
+    return _score(record)[1]
+
+
+def mixing_quality(record: dict) -> float | None:
+    return (record.get("mixing") or {}).get("quality")
+
+
+def curves(runs: dict[str, list[dict]], metric) -> dict[str, dict[int, float]]:
+    """label → {epoch: metric(record)}, leaving out epochs where `metric` gives None."""
+    return {
+        label: {r["epoch"]: value for r in records if (value := metric(r)) is not None}
+        for label, records in runs.items()
+    }
+
+
+def curve_table(title: str, label_curves: dict[str, dict[int, float]], digits: int) -> str:
+    """One row per epoch, one column per run; '-' where a run has no value for that epoch."""
+    epochs = sorted({epoch for curve in label_curves.values() for epoch in curve})
+    widths = [max(8, len(label)) for label in label_curves]
+    lines = [title, f"{'epoch':>5} " + " ".join(f"{label:>{w}}" for label, w in zip(label_curves, widths))]
+    for epoch in epochs:
+        cells = [f"{curve[epoch]:>{w}.{digits}f}" if epoch in curve else f"{'-':>{w}}"
+                 for curve, w in zip(label_curves.values(), widths)]
+        lines.append(f"{epoch:>5} " + " ".join(cells))
+    return "\n".join(lines)
+
+
+def _score_units(runs: dict[str, list[dict]]) -> str:
+    units = sorted({SCORE_UNITS[name] for records in runs.values() for r in records if (name := _score(r)[0])})
+    return " / ".join(units) or "none recorded"
+
+
+def curve_tables(run_dirs: list[Path]) -> str:
+    """The validation curves table, and the shuffle-quality one when any run records `mixing`."""
+    runs = load_runs(run_dirs)
+    title = f"validation score per epoch ({_score_units(runs)})"
+    tables = [curve_table(title, curves(runs, score_value), digits=2)]
+    quality = curves(runs, mixing_quality)
+    if any(quality.values()):
+        tables.append(curve_table("shuffle quality per epoch (mixing.quality)", quality, digits=3))
+    return "\n\n".join(tables)
+
+
+def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -> list[Path]:
+    """breakdown.png, accuracy.png and, when any run records `mixing`, quality.png in `plot_dir`
+    (created if missing); returns the paths written."""
+    from hpcshuffle.analysis.plots import plot_breakdown, plot_curves
+
+    plot_dir = Path(plot_dir)
+    try:
+        plot_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise ValueError(f"cannot create {plot_dir} ({err.strerror}); pass --plot with a writable directory") from err
+    runs = load_runs(run_dirs)
+    paths = [plot_dir / "breakdown.png", plot_dir / "accuracy.png"]
+    plot_breakdown({label: steady_means(records, skip_first) for label, records in runs.items()}, paths[0])
+    plot_curves(curves(runs, score_value), f"validation score ({_score_units(runs)})", paths[1])
+    quality = curves(runs, mixing_quality)
+    if any(quality.values()):
+        paths.append(plot_dir / "quality.png")
+        plot_curves(quality, "shuffle quality (mixing.quality)", paths[2])
+    return paths
+
+
 # -- a results tree, one row per run ---------------------------------------------------------
 
 SUMMARY_COLUMNS = (
@@ -83,12 +186,6 @@ def _natural_key(path: Path) -> list:
 def find_runs(root: Path) -> list[Path]:
     """Every directory under `root` (root included) that holds a metrics.jsonl, in natural order."""
     return sorted((path.parent for path in Path(root).rglob("metrics.jsonl") if path.is_file()), key=_natural_key)
-
-
-def _score(record: dict) -> tuple[str | None, float | None]:
-    if "val_top1" not in record and "val_iou" not in record:
-        return None, None
-    return ("val_top1" if "val_top1" in record else "val_iou"), validation_score(record)
 
 
 def run_row(run_dir: Path, name: str) -> dict:

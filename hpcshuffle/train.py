@@ -4,7 +4,9 @@ One process per rank (mpiexec / srun). Every rank computes the same plan; local 
 shuffling train from the node-local store, partial shuffling exchanges samples over MPI during
 the epoch, global shuffling reads the shared dataset (or a node replica, storage.replica=true),
 locality-aware loading trains on global shuffling's batches from the node-local stores, ranks
-lending each other samples over MPI to even out their local batches.
+lending each other samples over MPI to even out their local batches. With
+shuffle.virtual_workers=M, one process trains as synchronous SGD over M workers would
+(simulate.py), reading shared storage.
 Gradients are averaged with torch.distributed (gloo on CPU, NCCL on GPU) after backward, so the
 allreduce is timed on its own. The dataset's format (formats/) decodes samples; the model, the
 optimizer and its per-step learning rate come from conf/model and conf/optim (models/, optim.py).
@@ -36,6 +38,7 @@ from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 from tqdm import tqdm
 
 from hpcshuffle import chaos, checkpoint, models
+from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE, Preempted, Preemption, RankState, restore_rng, rng_state
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.errors import ConfigError
@@ -51,6 +54,9 @@ from hpcshuffle.node_cache import PlannedCache
 from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.plan.locality import BORROWED, FROM_CACHE, FROM_SHARED, sources_of
+from hpcshuffle.simulate import (
+    WorkerMeanLoss, fold_running_stats, ghost_batch_norm, set_local_batch, split_by_worker, virtual_order,
+)
 from hpcshuffle.sinks import WandbSink
 from hpcshuffle.stage import replica_ids, stage_rank
 from hpcshuffle.store import Store, StoreError, rank_dir
@@ -189,16 +195,25 @@ class Trainer:
         torch.manual_seed(config.seed)
         self.sync = torch.cuda.synchronize if self.device.type == "cuda" else None
 
+        self.virtual = config.virtual_workers  # 0: the workers are this job's ranks
+        if self.virtual and world.size > 1:
+            raise ConfigError(
+                f"shuffle.virtual_workers={self.virtual} trains {self.virtual} workers in one process, but this job "
+                f"has {world.size}: start one process (no mpiexec -n) or set shuffle.virtual_workers=0",
+                collective=True,
+            )
+        self.workers = self.virtual or world.size
         self.train_catalog, self.val_catalog = prepare_dataset(world, config)
         try:
-            self.spec = PlanSpec(len(self.train_catalog), world.size, config.batch_size, config.q, config.seed)
+            self.spec = PlanSpec(len(self.train_catalog), self.workers, config.batch_size, config.q, config.seed)
         except ValueError as err:
             raise ConfigError(str(err), collective=True) from err
         self.plan_key = config_digest(
             f"{self.train_catalog.fingerprint()} {self.spec} {config.shuffle}"
         )
         self.identity = {
-            "shuffle": config.shuffle, "num_samples": self.spec.num_samples, "num_ranks": world.size,
+            "shuffle": config.shuffle, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
+            "processes": world.size,
             "batch_size": config.batch_size, "q": config.q, "seed": config.seed,
             "dataset": self.train_catalog.fingerprint(),
         }
@@ -210,7 +225,9 @@ class Trainer:
         self.store = None  # this rank's partition (local, partial)
         self.replica = None  # this rank's share of its node's full replica (global, storage.replica)
         store_roots = None  # None: read shared storage
-        if config.shuffle != "global":
+        if self.virtual:
+            pass  # virtual workers simulate the training, not the I/O: everything is read from shared storage
+        elif config.shuffle != "global":
             self.store = open_store(
                 world, config, self.first_plan.held[world.rank], self.train_catalog, self.plan_key, self.start_epoch
             )
@@ -222,7 +239,7 @@ class Trainer:
         self.reads_local = store_roots is not None
         self.scheduler = Scheduler(world.comm, self.store, self.plan_key, config.exchange_timeout_s) if self.store is not None else None
         self.lender = None
-        if config.shuffle == "locality":
+        if config.shuffle == "locality" and not self.virtual:
             # a loan must be sent before the loader asks for it: cover the DataLoader's look-ahead
             # (2 batches per worker process) and the batch being assembled
             ahead = max(config.loan_ahead, 2 * config.loader_workers + 2)
@@ -245,8 +262,13 @@ class Trainer:
         self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
         self.model = self.build_model()
         self.optimizer = build_optimizer(self.model, config.optim)
-        self.global_batch = config.batch_size * world.size
+        self.global_batch = config.batch_size * self.workers
         self.loss_fn = self.build_loss()
+        self.mixing = None  # shuffle quality (analysis/quality.py), computed on rank 0
+        if world.is_root:
+            self.mixing = PairMixing(self.spec.num_samples, self.workers, seed=config.seed)
+            for past in plan_epochs(self.spec, config.shuffle, self.start_epoch):  # a resumed run's earlier epochs
+                self.mixing.add_epoch(past.order)
         self.bf16 = config.precision == "bf16"
         self.sink = WandbSink(run_dir, config, world) if config.wandb and world.is_root else None
         self.carried: RankState | None = None  # the interrupted epoch's progress, when resuming inside one
@@ -258,7 +280,8 @@ class Trainer:
             Samples(self.train_catalog, self.codec, store_roots, train=True, seed=config.seed, on_error=config.on_error,
                     io_threads=config.io_threads, decode_threads=config.decode_threads,
                     cache_dir=self.cache.root if self.cache else None),
-            self.order, config.batch_size, config.loader_workers, pin_memory=self.device.type == "cuda",
+            self.order, self.global_batch if self.virtual else config.batch_size, config.loader_workers,
+            pin_memory=self.device.type == "cuda",
         )
         val_order = EpochOrder()
         val_order.set_order(torch.arange(world.rank, len(self.val_catalog), world.size).numpy())
@@ -278,6 +301,10 @@ class Trainer:
             raise ConfigError(str(err), collective=True) from err
         if weights is not None:
             on_root(self.world, lambda: load_weights(model, Path(weights)), ConfigError, OSError)
+        if self.virtual:
+            replaced = ghost_batch_norm(model, self.config.batch_size)
+            say(self.world, f"virtual workers: {self.virtual}, {replaced} BatchNorm layers normalise each worker's "
+                            f"local batch of {self.config.batch_size}")
         model = model.to(self.device, memory_format=self.memory_format)
         for tensor in list(model.parameters()) + list(model.buffers()):
             dist.broadcast(tensor.data, src=0)  # every rank starts from rank 0's initial weights
@@ -290,15 +317,38 @@ class Trainer:
                               collective=True)
         weight = None if weights is None else torch.tensor(weights, device=self.device)
         smoothing = self.config.label_smoothing if self.codec.task == "classify" else 0.0
+        if self.virtual:
+            per_element = nn.CrossEntropyLoss(weight=weight, label_smoothing=smoothing, reduction="none")
+            return WorkerMeanLoss(per_element, weight, self.config.batch_size, self.virtual)
         return nn.CrossEntropyLoss(weight=weight, label_smoothing=smoothing)
 
     def to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         inputs = inputs.to(self.device, non_blocking=True, memory_format=self.memory_format)
         return inputs, targets.to(self.device, non_blocking=True)
 
+    def forward_backward(self, images: torch.Tensor, labels: torch.Tensor) -> float:
+        """Gradients of the batch's loss; returns the loss. Virtual workers' batches go through
+        `virtual_chunk` workers at a time."""
+        size = len(images)
+        if self.virtual:
+            local = size // self.virtual
+            set_local_batch(self.model, self.loss_fn, local)
+            size = local * (self.config.virtual_chunk or self.virtual)
+        total = 0.0
+        for start in range(0, len(images), size):
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
+                chunk = slice(start, start + size)
+                loss = self.loss_fn(self.model(images[chunk]), labels[chunk])
+            loss.backward()
+            total += loss.item()
+        if self.virtual:
+            fold_running_stats(self.model)  # once per step, as each real worker's BN does
+        return total
+
     def run(self) -> None:
         config, world = self.config, self.world
-        say(world, f"{config.shuffle} shuffling (q={config.q}), {world.size} ranks, N={self.spec.num_samples}, "
+        workers = f"{self.virtual} virtual workers in one process" if self.virtual else f"{world.size} ranks"
+        say(world, f"{config.shuffle} shuffling (q={config.q}), {workers}, N={self.spec.num_samples}, "
                     f"b={config.batch_size}, {self.spec.iterations} iterations/epoch -> {self.run_dir}")
         say(world, TABLE_HEADER)
         for epoch in range(self.start_epoch, config.epochs):
@@ -343,12 +393,16 @@ class Trainer:
             sources = sources_of(plan, rank)
             lent_per_step = plan.loans.lent_per_step(rank, self.spec.iterations)
             self.lender.start_epoch(plan, first_step)
-        self.order.set_order(
-            plan.order[rank][first_step * batch_size :], plan.epoch,
-            sources=None if sources is None else sources[first_step * batch_size :],
-            borrow=self.lender.borrowed if self.lender else None, first_step=first_step, batch_size=batch_size,
-            cache=self.cache.decisions(plan.epoch, first_step) if self.cache else None,
-        )
+        if self.virtual:
+            held = [ids.tolist() for ids in plan.held]  # every virtual worker's, from the plan
+            self.order.set_order(virtual_order(plan, first_step, batch_size), plan.epoch)
+        else:
+            self.order.set_order(
+                plan.order[rank][first_step * batch_size :], plan.epoch,
+                sources=None if sources is None else sources[first_step * batch_size :],
+                borrow=self.lender.borrowed if self.lender else None, first_step=first_step, batch_size=batch_size,
+                cache=self.cache.decisions(plan.epoch, first_step) if self.cache else None,
+            )
         self.model.train()
         stopped, every_steps = None, self.config.checkpoint_every_steps
         with row.phase("epoch", self.sync):
@@ -396,12 +450,11 @@ class Trainer:
                     if images is None:  # every sample of the batch was unreadable and skipped
                         for parameter in self.model.parameters():
                             parameter.grad = torch.zeros_like(parameter)  # still join the allreduce
+                        row.step_losses.append(None)
                     else:
-                        images, labels = self.to_device(images, labels)
-                        with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
-                            loss = self.loss_fn(self.model(images), labels)
-                        loss.backward()
-                        row.loss_sum += loss.item()
+                        loss = self.forward_backward(*self.to_device(images, labels))
+                        row.loss_sum += loss
+                        row.step_losses.append(loss)
                 with row.phase("allreduce", self.sync):
                     average_gradients(self.model, self.world.size)
                     self.optimizer.step()
@@ -459,21 +512,28 @@ class Trainer:
             return None
         saved_ranks = found["plan"]["num_ranks"]
         say(world, f"resume: {self.run_dir / checkpoint.FILE} at epoch {found['epoch']}, step {found['step']} "
-                   f"(written by {saved_ranks} ranks)")
-        if saved_ranks != world.size:
-            say(world, f"resume: {world.size} ranks instead of {saved_ranks}: re-planned for {world.size} "
-                       f"workers; each store is restaged to the new plan's epoch {found['epoch']} partition, "
+                   f"(written by {saved_ranks} workers)")
+        if not self.same_layout(found):
+            say(world, f"resume: {self.workers} workers in {world.size} processes instead of {saved_ranks} in "
+                       f"{found['plan'].get('processes', saved_ranks)}: re-planned for {self.workers} workers; "
+                       f"each store is restaged to the new plan's epoch {found['epoch']} partition, "
                        "from other ranks' stores first, then from shared storage")
             if found["step"]:
-                say(world, f"resume: the checkpoint is inside epoch {found['epoch']}; with a new worker count "
-                           "its plan differs, so the epoch restarts from step 0 with the checkpoint's weights")
+                say(world, f"resume: the checkpoint is inside epoch {found['epoch']}; the old workers' progress "
+                           "through it does not carry over to new ones, so the epoch restarts from step 0 with "
+                           "the checkpoint's weights")
                 found["step"] = 0
         return found
+
+    def same_layout(self, found: dict) -> bool:
+        """Whether the checkpoint's run had these workers in these processes (virtual or real ranks)."""
+        saved = found["plan"]
+        return (saved["num_ranks"], saved.get("processes", saved["num_ranks"])) == (self.workers, self.world.size)
 
     def restore(self, found: dict) -> None:
         self.model.load_state_dict(found["model"])
         self.optimizer.load_state_dict(found["optimizer"])
-        if found["plan"]["num_ranks"] == self.world.size:
+        if self.same_layout(found):
             state: RankState = found["ranks"][self.world.rank]
             restore_rng(state.rng)
             if found["step"]:
@@ -515,18 +575,23 @@ class Trainer:
         audits = self.world.comm.gather((held, trained), root=0) if self.config.audit else None
         if not self.world.is_root:
             return
+        if audits is not None and self.virtual:
+            audits = list(zip(held, split_by_worker(trained, self.virtual, self.config.batch_size)))
         record = {
             "epoch": plan.epoch,
             "shuffle": self.config.shuffle,
             "q": self.config.q,
-            "workers": self.world.size,
+            "workers": self.workers,
             "batch_size": self.config.batch_size,
             "num_samples": self.spec.num_samples,
             "iterations": self.spec.iterations,
             "lr": row.lr,
             **scores,
-            **reduce_epoch(rows),
+            **reduce_epoch(rows, self.config.step_loss),
+            "mixing": self.mixing.add_epoch(plan.order),
         }
+        if self.virtual:
+            record["virtual_workers"] = True
         if self.cache:
             hits, reads = record["samples"]["read_cache"], record["samples"]["read_shared"]
             record["cache"] = {"policy": self.config.cache_policy, "samples": self.cache.capacity,

@@ -1,4 +1,5 @@
-"""PNG figures of the analyses: Fig. 6's imbalance boxes and the model's epoch time vs nodes.
+"""PNG figures of the analyses: Fig. 6's imbalance boxes, the model's epoch time vs nodes, and the
+report's per-run breakdown bars (Fig. 10) and curves per epoch (Fig. 5).
 
 matplotlib is imported inside the functions, and only its Agg canvas is used, so importing this
 module is free and no global pyplot state or display is touched.
@@ -12,6 +13,7 @@ from hpcshuffle.analysis.imbalance import ImbalanceResult
 from hpcshuffle.analysis.model import METHODS, EpochPrediction, ModelParams, crossover_nodes, sample_io_time_s
 
 METHOD_LABELS = {"regular": "regular (PFS)", "cache": "distributed cache (7)", "locality": "locality-aware (8)"}
+PHASE_LABELS = {"io": "I/O", "exchange": "exchange", "fwbw": "FW+BW", "allreduce": "GE+WU (allreduce)"}
 
 
 def new_figure(width_in: float, height_in: float):
@@ -77,5 +79,44 @@ def plot_model(params: ModelParams, predictions: list[EpochPrediction], path: Pa
     axes.set_xlabel("nodes p")
     axes.set_ylabel("predicted epoch time (s)")
     axes.set_title(f"Epoch time model, D = {params.num_samples} samples")
+    axes.legend(fontsize="small")
+    save(figure, path)
+
+
+def plot_breakdown(means: dict[str, dict[str, float]], path: Path) -> None:
+    """One stacked bar per run (label → steady_means) of the seconds per epoch in each phase, mean over
+    ranks, with the slowest rank's epoch time marked (Fig. 10)."""
+    labels = list(means)
+    positions = range(len(labels))
+    figure = new_figure(max(6.0, 3.5 + 0.8 * len(labels)), 4.0)
+    axes = figure.add_subplot()
+    bottoms = [0.0] * len(labels)
+    for phase, name in PHASE_LABELS.items():
+        heights = [means[label][phase] for label in labels]
+        axes.bar(positions, heights, bottom=bottoms, width=0.6, label=name)
+        bottoms = [bottom + height for bottom, height in zip(bottoms, heights)]
+    axes.scatter(positions, [means[label]["epoch"] for label in labels], marker="_", s=400, color="black",
+                 label="epoch (slowest rank)")
+    crowded = len(labels) > 4
+    axes.set_xticks(positions, labels, rotation=30 if crowded else 0, ha="right" if crowded else "center")
+    axes.set_ylabel("seconds per epoch (mean over ranks)")
+    axes.set_title("Epoch time breakdown")
+    axes.legend(fontsize="small", loc="upper left", bbox_to_anchor=(1.0, 1.0))  # beside the bars, not over them
+    save(figure, path)
+
+
+def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path) -> None:
+    """One line per run (label → {epoch: value}) against the epoch (Fig. 5); runs without values are left out."""
+    from matplotlib.ticker import MaxNLocator
+
+    figure = new_figure(6.0, 4.0)
+    axes = figure.add_subplot()
+    for label, curve in curves.items():
+        if curve:
+            epochs = sorted(curve)
+            axes.plot(epochs, [curve[epoch] for epoch in epochs], marker="o", label=label)
+    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
+    axes.set_xlabel("epoch")
+    axes.set_ylabel(ylabel)
     axes.legend(fontsize="small")
     save(figure, path)

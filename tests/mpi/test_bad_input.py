@@ -30,6 +30,7 @@ def fails_with(result, *fragments: str) -> None:
         (["shuffle=partial", "batch_size=100"], ["batch size 100 is larger than a worker's share", "52"]),
         (["shuffle=local", "storage.replica=true"], ["storage.replica=true keeps a full replica per node"]),
         (["dataset.root=/nonexistent/imagenet"], ["/nonexistent/imagenet/train not found", "hpcshuffle synth"]),
+        (["shuffle.virtual_workers=4"], ["trains 4 workers in one process, but this job has 4", "no mpiexec -n"]),
         (["checkpoint.resume=require"], ["checkpoint.resume=require but", "holds no checkpoint.pt", "hydra.run.dir"]),
         pytest.param(
             ["device=cuda"], ["device=cuda but no GPU is visible; use device=cpu"],

@@ -58,6 +58,10 @@ def test_paper_recipes():
         ("cache.policy=lru shuffle=local", "only shuffle=global without storage.replica makes"),
         ("cache.policy=lru shuffle=global cache.samples=0", "cache.samples must be >= 1 or null"),
         ("loader.io_threads=0", "loader.io_threads must be >= 1"),
+        ("shuffle.virtual_workers=-1", "shuffle.virtual_workers and shuffle.virtual_chunk must be >= 0"),
+        ("shuffle.virtual_chunk=2", "shuffle.virtual_chunk only applies with shuffle.virtual_workers=M"),
+        ("shuffle.virtual_workers=8 loader.on_error=skip", "set loader.on_error=fail"),
+        ("shuffle.virtual_workers=8 shuffle=global cache.policy=lru", "set cache.policy=none and storage.replica=false"),
     ],
 )
 def test_bad_settings_are_named(override, message):
