@@ -178,6 +178,10 @@ def average_buffers(model: nn.Module, world_size: int) -> None:
             buffer /= world_size
 
 
+def layout(workers: int, processes: int) -> str:
+    return f"{workers} virtual workers" if processes < workers else f"{workers} ranks"
+
+
 # -- the loop ----------------------------------------------------------------------------
 
 
@@ -514,9 +518,9 @@ class Trainer:
         say(world, f"resume: {self.run_dir / checkpoint.FILE} at epoch {found['epoch']}, step {found['step']} "
                    f"(written by {saved_ranks} workers)")
         if not self.same_layout(found):
-            say(world, f"resume: {self.workers} workers in {world.size} processes instead of {saved_ranks} in "
-                       f"{found['plan'].get('processes', saved_ranks)}: re-planned for {self.workers} workers; "
-                       f"each store is restaged to the new plan's epoch {found['epoch']} partition, "
+            now, then = layout(self.workers, world.size), layout(saved_ranks, found["plan"].get("processes", saved_ranks))
+            say(world, f"resume: {now} instead of {then}: re-planned for {self.workers} workers; each store "
+                       f"is restaged to the new plan's epoch {found['epoch']} partition, "
                        "from other ranks' stores first, then from shared storage")
             if found["step"]:
                 say(world, f"resume: the checkpoint is inside epoch {found['epoch']}; the old workers' progress "

@@ -105,18 +105,27 @@ def plot_breakdown(means: dict[str, dict[str, float]], path: Path) -> None:
     save(figure, path)
 
 
-def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path) -> None:
-    """One line per run (label → {epoch: value}) against the epoch (Fig. 5); runs without values are left out."""
+def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path, xlabel: str = "epoch",
+                title: str | None = None, log_x: bool = False) -> None:
+    """One line per run (label → {x: value}) against x, the epoch by default (Fig. 5) or e.g. the
+    worker count with `log_x` (Fig. 6); runs without values are left out."""
     from matplotlib.ticker import MaxNLocator
 
     figure = new_figure(6.0, 4.0)
     axes = figure.add_subplot()
+    xs = sorted({x for curve in curves.values() for x in curve})
     for label, curve in curves.items():
         if curve:
-            epochs = sorted(curve)
-            axes.plot(epochs, [curve[epoch] for epoch in epochs], marker="o", label=label)
-    axes.xaxis.set_major_locator(MaxNLocator(integer=True))
-    axes.set_xlabel("epoch")
+            points = sorted(curve)
+            axes.plot(points, [curve[x] for x in points], marker="o", label=label)
+    if log_x:
+        axes.set_xscale("log", base=2)
+        axes.set_xticks(xs, [str(x) for x in xs])
+    elif all(isinstance(x, int) for x in xs):
+        axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: no half epochs on the axis
+    axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
+    if title:
+        axes.set_title(title)
     axes.legend(fontsize="small")
     save(figure, path)

@@ -1,0 +1,55 @@
+"""What the experiment scripts share: run one training job (skipped when already complete), read
+its records. Scripts run from the repository root: `python experiments/<name>.py ...`."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from hpcshuffle.metrics import read_jsonl
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def strategy_overrides(strategy: str) -> list[str]:
+    """`global`, `local`, `locality` or `partial-<q>` as Hydra overrides."""
+    if strategy.startswith("partial-"):
+        return ["shuffle=partial", f"shuffle.q={float(strategy.removeprefix('partial-'))}"]
+    if strategy in ("global", "local", "locality"):
+        return [f"shuffle={strategy}"]
+    raise ValueError(f"unknown strategy {strategy!r}: use global, local, locality or partial-<q> (e.g. partial-0.1)")
+
+
+def records(run_dir: Path) -> list[dict]:
+    path = run_dir / "metrics.jsonl"
+    return read_jsonl(path, partial_last=True) if path.exists() else []
+
+
+def train(run_dir: Path, overrides: list[str], epochs: int, ranks: int = 1, virtual_workers: int = 0) -> list[dict]:
+    """Train into `run_dir` unless it already holds `epochs` epochs; returns its records.
+
+    `ranks` > 1 launches `mpiexec -n ranks`; `virtual_workers` > 0 runs one process with that
+    many virtual workers (`hpcshuffle simulate`).
+    """
+    done = records(run_dir)
+    if len(done) >= epochs:
+        print(f"  {run_dir}: complete, reused", flush=True)
+        return done
+    if done:  # cut short earlier, and without checkpoints: start over rather than append
+        print(f"  {run_dir}: {len(done)} of {epochs} epochs, trained again", flush=True)
+        (run_dir / "metrics.jsonl").unlink()
+    launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
+    virtual = [f"shuffle.virtual_workers={virtual_workers}"] if virtual_workers else []
+    command = [*launcher, sys.executable, "-m", "hpcshuffle.train", *overrides, *virtual, f"epochs={epochs}",
+               f"hydra.run.dir={run_dir}", "checkpoint.every_epochs=0", "progress=false"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    start = time.perf_counter()
+    print(f"  {run_dir}: {' '.join(command[len(launcher) + 3:])}", flush=True)
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        sys.exit(f"training into {run_dir} failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
+    print(f"    done in {time.perf_counter() - start:.0f} s", flush=True)
+    return records(run_dir)

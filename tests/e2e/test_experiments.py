@@ -1,0 +1,54 @@
+"""The experiment scripts at a tiny scale, so they cannot rot: they train, reuse complete runs and
+write their figures and tables."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.conftest import REPO, mpi_env
+
+pytestmark = pytest.mark.e2e
+
+
+def run(*args: str) -> subprocess.CompletedProcess:
+    result = subprocess.run([sys.executable, *args], cwd=REPO, env=mpi_env(), capture_output=True, text=True,
+                            timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    return result
+
+
+def tiny_dataset(tmp_path) -> list[str]:
+    return [f"dataset.root={tmp_path / 'data'}", "dataset.synthesize.samples=96", "batch_size=4"]
+
+
+def test_shuffle_accuracy_sweep_plots_every_figure_and_reuses_runs(tmp_path):
+    args = ["experiments/shuffle_accuracy.py", "--workers", "2", "4", "--strategies", "global", "locality",
+            "--epochs", "1", "--out", str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"),
+            *tiny_dataset(tmp_path)]
+    first = run(*args)
+    names = {path.name for path in (tmp_path / "figures").iterdir()}
+    assert {"nguyen_fig5_accuracy_M2.png", "nguyen_fig5_accuracy_M4.png", "nguyen_fig6_scaling.png",
+            "shuffle_quality.png", "yang_table1.txt", "shuffle_accuracy.txt"} <= names
+    rows = [line.split() for line in first.stdout.splitlines() if line.split()[:1] in (["2"], ["4"])]
+    assert sorted((row[0], row[1]) for row in rows) == sorted(
+        (m, s) for m in ("2", "4") for s in ("global", "locality"))
+    assert all(0.0 <= float(row[2]) <= 100.0 for row in rows)
+    # global shuffling's quality is 1 by definition of the estimate's baseline, give or take its noise
+    assert all(abs(float(row[5]) - 1.0) < 0.2 for row in rows if row[1] == "global")
+    again = run(*args)
+    assert again.stdout.count("complete, reused") == 4
+
+
+def test_epoch_time_and_cache_sweeps_write_their_figures(tmp_path):
+    run("experiments/epoch_time.py", "--workers", "2", "--q", "0.5", "--epochs", "2",
+        "--out", str(tmp_path / "runs"), "--figures", str(tmp_path / "figures"), *tiny_dataset(tmp_path))
+    run("experiments/cache_hit_ratio.py", "--samples", "2000", "--epochs", "3", "--fractions", "0.1", "0.5",
+        "--figures", str(tmp_path / "figures"))
+    names = {path.name for path in (tmp_path / "figures").iterdir()}
+    assert {"nguyen_fig9_epoch_time.png", "nguyen_fig10_breakdown.png", "epoch_time.txt",
+            "lobster_hit_ratio.png", "cache_hit_ratio.txt"} <= names
+    table = (tmp_path / "figures" / "epoch_time.txt").read_text().splitlines()
+    assert [row.split()[1] for row in table[2:]] == ["partial-0.5", "global"]
