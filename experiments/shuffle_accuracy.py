@@ -57,7 +57,8 @@ def main() -> None:
                                                **launch)
 
     kind = "ranks" if args.mpi else "virtual workers"
-    lines = [f"final validation top-1 % (best epoch in brackets) and shuffle quality after {args.epochs} epochs",
+    lines = [f"validation top-1 % after the last epoch (val) and at the best epoch (best), shuffle quality after "
+             f"{args.epochs} epochs",
              f"{'M':>5} {'strategy':<12} {'val':>7} {'best':>7} {'loss':>7} {'quality':>8}"]
     for workers, runs in results.items():
         curves = {s: {r["epoch"]: validation_score(r) for r in records} for s, records in runs.items()}

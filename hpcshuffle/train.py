@@ -228,10 +228,8 @@ class Trainer:
 
         self.store = None  # this rank's partition (local, partial)
         self.replica = None  # this rank's share of its node's full replica (global, storage.replica)
-        store_roots = None  # None: read shared storage
-        if self.virtual:
-            pass  # virtual workers simulate the training, not the I/O: everything is read from shared storage
-        elif config.shuffle != "global":
+        store_roots = None  # None: read shared storage (virtual workers always: they simulate training, not I/O)
+        if config.shuffle != "global" and not self.virtual:
             self.store = open_store(
                 world, config, self.first_plan.held[world.rank], self.train_catalog, self.plan_key, self.start_epoch
             )
