@@ -173,7 +173,7 @@ def test_resume_on_fewer_ranks_replans_and_restages_the_difference(small_dataset
     assert first.returncode == 0, first.stderr[-3000:]
     resumed = run_mpi(3, pls_args(small_dataset, tmp_path))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resume: 3 ranks instead of 4: re-planned for 3 workers" in resumed.stdout
+    assert "resume: 3 ranks instead of 4 ranks: re-planned for 3 workers" in resumed.stdout
     # rank 3's store is not opened by a 3-rank job: its samples come from shared storage
     assert "took " in resumed.stdout and "from other ranks' stores" in resumed.stdout
 

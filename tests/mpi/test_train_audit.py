@@ -22,8 +22,10 @@ BATCH = 8
 CACHE_SAMPLES = 20  # per rank, of the 71 it reads per epoch
 
 
-@pytest.mark.parametrize("ranks", [2, 3, 4, 5])
-@pytest.mark.parametrize("q", [0.0, 0.1, 0.5, 1.0])
+# every rank count and every q twice (not the whole 4 × 4 product, which costs four minutes)
+@pytest.mark.parametrize(
+    ("ranks", "q"), [(2, 0.1), (2, 1.0), (3, 0.0), (3, 0.5), (4, 0.1), (4, 0.5), (5, 0.0), (5, 1.0)]
+)
 def test_partial_shuffling_never_loses_or_duplicates(small_dataset, tmp_path, ranks, q):
     run_dir = tmp_path / "run"
     result = run_mpi(
