@@ -65,8 +65,9 @@ class GhostBatchNorm(_BatchNorm):
         super().__init__(layer.num_features, layer.eps, layer.momentum, layer.affine, layer.track_running_stats)
         self.load_state_dict(layer.state_dict())
         self.local_batch = local_batch
-        # this step's chunks so far: per chunk, the sums over its workers of their means and variances
-        self.pending: list[tuple[torch.Tensor, torch.Tensor]] = []
+        # this step so far: the sums over the workers seen of their batch means and variances
+        self.pending_mean: torch.Tensor | float = 0.0
+        self.pending_var: torch.Tensor | float = 0.0
         self.pending_groups = 0
 
     def _check_input_dim(self, x: torch.Tensor) -> None:
@@ -92,7 +93,8 @@ class GhostBatchNorm(_BatchNorm):
             training=True, momentum=1.0, eps=self.eps,  # momentum 1: the buffers receive this batch's statistics
         )
         if self.track_running_stats:
-            self.pending.append((means.view(groups, channels).sum(0), variances.view(groups, channels).sum(0)))
+            self.pending_mean = self.pending_mean + means.view(groups, channels).sum(0)
+            self.pending_var = self.pending_var + variances.view(groups, channels).sum(0)
             self.pending_groups += groups
         out = out.reshape(self.local_batch, groups, channels, *rest).transpose(0, 1)
         return out.reshape(batch, channels, *rest)
@@ -100,11 +102,10 @@ class GhostBatchNorm(_BatchNorm):
     @torch.no_grad()
     def fold(self) -> None:
         """Update the running statistics once with the mean over this step's workers."""
-        if not self.pending:
+        if not self.pending_groups:
             return
-        mean = sum(m for m, _ in self.pending) / self.pending_groups
-        variance = sum(v for _, v in self.pending) / self.pending_groups
-        self.pending, self.pending_groups = [], 0
+        mean, variance = self.pending_mean / self.pending_groups, self.pending_var / self.pending_groups
+        self.pending_mean, self.pending_var, self.pending_groups = 0.0, 0.0, 0
         self.num_batches_tracked += 1
         factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         self.running_mean.mul_(1 - factor).add_(mean.to(self.running_mean.dtype), alpha=factor)
