@@ -12,7 +12,7 @@ import numpy as np
 from hpcshuffle.analysis.imbalance import BATCHES_PER_EPOCH
 from hpcshuffle.analysis.imbalance import DEFAULT_STEPS as IMBALANCE_STEPS
 from hpcshuffle.analysis.model import IMAGENET_PFS
-from hpcshuffle.plan import FIXED_Q, PLANNERS, EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.plan import STRATEGIES, EpochPlan, PlanSpec, get_strategy, plan_epochs
 from hpcshuffle.store import StoreError
 
 
@@ -56,11 +56,7 @@ def plan_json(plans: list[EpochPlan]) -> str:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
-    q = FIXED_Q.get(args.shuffle, args.q)
-    if args.shuffle in FIXED_Q and args.q not in (None, q):
-        raise ValueError(f"--shuffle {args.shuffle} means q={q}; use --shuffle partial --q {args.q}")
-    if q is None:
-        raise ValueError("--shuffle partial needs --q (the fraction exchanged per epoch, in [0, 1])")
+    q = get_strategy(args.shuffle).q_for(args.q)
     spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed)
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
@@ -303,7 +299,7 @@ def main(argv: list[str] | None = None) -> None:
     plan = commands.add_parser("plan", help="dry-run a shuffling plan: partitions, exchanges, storage")
     plan.add_argument("--samples", type=int, required=True, help="N, training samples")
     plan.add_argument("--workers", type=int, required=True, help="M, ranks")
-    plan.add_argument("--shuffle", choices=sorted(PLANNERS), required=True)
+    plan.add_argument("--shuffle", choices=sorted(STRATEGIES), required=True)
     plan.add_argument("--q", type=float, default=None, help="fraction exchanged per epoch (partial)")
     plan.add_argument("--batch", type=int, default=32, help="b, samples per rank per iteration")
     plan.add_argument("--epochs", type=int, default=3)
@@ -348,7 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     )
     stage.add_argument("--src", required=True, help="dataset root on shared storage")
     stage.add_argument("--dst", required=True, help="node-local directory (storage.local_dir)")
-    stage.add_argument("--shuffle", choices=sorted(PLANNERS), required=True)
+    stage.add_argument("--shuffle", choices=sorted(STRATEGIES), required=True)
     stage.add_argument("--workers", type=int, required=True, help="M, ranks of the training job")
     stage.add_argument("--q", type=float, default=None, help="exchange fraction (room is reserved for it)")
     stage.add_argument("--seed", type=int, default=0, help="the training run's seed")

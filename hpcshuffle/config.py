@@ -15,7 +15,7 @@ from hpcshuffle.cache import POLICIES
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.optim import OptimConfig
-from hpcshuffle.plan import FIXED_Q, PLANNERS
+from hpcshuffle.plan import STRATEGIES, get_strategy
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -78,15 +78,14 @@ class RunConfig:
     step_loss: bool = False  # metrics.jsonl: also each step's loss (mean over workers)
 
     def __post_init__(self) -> None:
-        if self.shuffle not in PLANNERS:
-            raise ConfigError(f"shuffle must be one of {sorted(PLANNERS)}, got {self.shuffle!r}")
+        if self.shuffle not in STRATEGIES:
+            raise ConfigError(f"shuffle must be one of {sorted(STRATEGIES)}, got {self.shuffle!r}")
         if not 0.0 <= self.q <= 1.0:
             raise ConfigError(f"shuffle.q must be in [0, 1], got {self.q}")
-        if self.shuffle in FIXED_Q and self.q != FIXED_Q[self.shuffle]:
-            raise ConfigError(
-                f"shuffle={self.shuffle} means q={FIXED_Q[self.shuffle]}, got shuffle.q={self.q}; "
-                f"use shuffle=partial shuffle.q={self.q} to exchange a fraction"
-            )
+        try:
+            get_strategy(self.shuffle).q_for(self.q)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
         if self.replica and self.shuffle != "global":
             raise ConfigError(
                 f"storage.replica=true keeps a full replica per node for shuffle=global; "

@@ -33,7 +33,7 @@ from hpcshuffle.fetch import BatchFetcher
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.node_cache import NOT_CACHED, cache_file
-from hpcshuffle.plan.locality import BORROWED, FROM_SHARED
+from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
 from hpcshuffle.store import atomic_write, sample_path
 
 ON_ERROR = ("fail", "skip")
@@ -202,7 +202,7 @@ def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, to
 class EpochOrder(Sampler[SampleKey]):
     """Yields a `SampleKey` for each id the plan says this rank trains on this epoch, in the plan's order.
 
-    Locality-aware loading also gives each position's source (plan/locality.py `sources_of`)
+    Locality-aware loading also gives each position's source (`EpochPlan.sources`)
     and `borrow(step)`, which returns the (id, bytes) lent to this rank for a step (loans.py),
     waiting for them if they are still in flight. The sampler runs in the training process, so
     lent bytes reach the loader's workers inside their keys. Global shuffling with a planned
@@ -247,7 +247,7 @@ class EpochOrder(Sampler[SampleKey]):
         lent: dict[int, list[bytes]] = defaultdict(list)
         borrowed_step = None
         for position, (sample_id, source) in enumerate(zip(self.sample_ids, self.sources)):
-            if source != BORROWED:
+            if source != FROM_LOAN:
                 yield SampleKey(self.epoch, sample_id, shared=source == FROM_SHARED)
                 continue
             step = self.first_step + position // self.batch_size

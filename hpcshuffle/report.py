@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
-from hpcshuffle.plan import FIXED_Q
+from hpcshuffle.plan import run_label as strategy_label
 
 
 def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
@@ -81,7 +81,7 @@ def _score(record: dict) -> tuple[str | None, float | None]:
 
 def run_label(record: dict, with_workers: bool) -> str:
     """'global', 'local', 'partial-0.3'; with workers: 'partial-0.3-M4' ('M4v': virtual workers)."""
-    label = record["shuffle"] if record["shuffle"] in FIXED_Q else f"{record['shuffle']}-{record['q']:g}"
+    label = strategy_label(record["shuffle"], record["q"])
     if with_workers:
         label += f"-M{record['workers']}" + ("v" if record.get("virtual_workers") else "")
     return label

@@ -26,26 +26,23 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from hpcshuffle.plan import EpochPlan
+from hpcshuffle.plan import EpochPlan, PlanSpec
 
 
-def _step_bounds(length: int, first_step: int, batch_size: int) -> list[tuple[int, int]]:
-    return [(start, min(start + batch_size, length)) for start in range(first_step * batch_size, length, batch_size)]
-
-
-def virtual_order(plan: EpochPlan, first_step: int, batch_size: int) -> np.ndarray:
+def virtual_order(plan: EpochPlan, first_step: int) -> np.ndarray:
     """The global batches from step `first_step` on: step by step, rank 0's local batch, then
     rank 1's, and so on (every rank's order has the same length, so the same steps)."""
-    bounds = _step_bounds(len(plan.order[0]), first_step, batch_size)
+    bounds = plan.spec.steps_from(first_step)
     parts = [rank_order[start:end] for start, end in bounds for rank_order in plan.order]
     return np.concatenate(parts) if parts else np.empty(0, dtype=np.int64)
 
 
-def split_by_worker(trained: list[int], workers: int, batch_size: int) -> list[list[int]]:
-    """A virtual run's trained ids (global batches as `virtual_order` lays them out, from step 0)
-    as each worker's order."""
+def split_by_worker(trained: list[int], spec: PlanSpec) -> list[list[int]]:
+    """A virtual run's trained ids of one epoch (global batches as `virtual_order` lays them out,
+    from step 0) as each worker's order."""
+    workers = spec.num_ranks
     orders: list[list[int]] = [[] for _ in range(workers)]
-    for start, end in _step_bounds(len(trained) // workers, 0, batch_size):
+    for start, end in spec.steps_from(0):
         local = end - start
         for worker in range(workers):
             offset = start * workers + worker * local

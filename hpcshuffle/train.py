@@ -53,7 +53,7 @@ from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, drop_epoch
 from hpcshuffle.node_cache import PlannedCache
 from hpcshuffle.optim import build_optimizer, learning_rate, set_learning_rate
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
-from hpcshuffle.plan.locality import BORROWED, FROM_CACHE, FROM_SHARED, sources_of
+from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE
 from hpcshuffle.simulate import (
     WorkerMeanLoss, fold_running_stats, ghost_batch_norm, set_local_batch, split_by_worker, virtual_order,
 )
@@ -392,12 +392,12 @@ class Trainer:
         batch_size = self.config.batch_size
         sources = None
         if self.lender:
-            sources = sources_of(plan, rank)
+            sources = plan.sources(rank)
             lent_per_step = plan.loans.lent_per_step(rank, self.spec.iterations)
             self.lender.start_epoch(plan, first_step)
         if self.virtual:
             held = [ids.tolist() for ids in plan.held]  # every virtual worker's, from the plan
-            self.order.set_order(virtual_order(plan, first_step, batch_size), plan.epoch)
+            self.order.set_order(virtual_order(plan, first_step), plan.epoch)
         else:
             self.order.set_order(
                 plan.order[rank][first_step * batch_size :], plan.epoch,
@@ -439,9 +439,9 @@ class Trainer:
                         self.lender.post(iteration)  # overlap: send loans of the coming steps during FW/BW
                     # counted per step trained, so a resumed epoch counts each loan once
                     batch_sources = sources[iteration * batch_size : (iteration + 1) * batch_size]
-                    row.samples["read_local"] += int((batch_sources == FROM_CACHE).sum())
+                    row.samples["read_local"] += int((batch_sources == FROM_STORE).sum())
                     row.samples["read_shared"] += int((batch_sources == FROM_SHARED).sum())
-                    row.samples["received"] += int((batch_sources == BORROWED).sum())
+                    row.samples["received"] += int((batch_sources == FROM_LOAN).sum())
                     row.samples["sent"] += int(lent_per_step[iteration])
                 if self.scheduler:
                     # overlap: post this iteration's q·b sends before FW so they progress during FW/BW
@@ -578,7 +578,7 @@ class Trainer:
         if not self.world.is_root:
             return
         if audits is not None and self.virtual:
-            audits = list(zip(held, split_by_worker(trained, self.virtual, self.config.batch_size)))
+            audits = list(zip(held, split_by_worker(trained, self.spec)))
         record = {
             "epoch": plan.epoch,
             "shuffle": self.config.shuffle,

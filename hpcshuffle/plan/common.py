@@ -20,6 +20,10 @@ STREAM_ORDER = 1
 STREAM_PICK = 2
 STREAM_DEST = 3
 
+# where a rank gets the sample at a position of its epoch order (`EpochPlan.sources`); a data
+# path may serve FROM_SHARED from a closer copy (a node replica, a planned cache)
+FROM_STORE, FROM_SHARED, FROM_LOAN = 0, 1, 2
+
 
 @dataclass(frozen=True)
 class PlanSpec:
@@ -81,6 +85,10 @@ class PlanSpec:
         """Positions [start, stop) of `iteration`'s batch in a rank's epoch order."""
         start = iteration * self.batch_size
         return start, min(start + self.batch_size, self.max_share)
+
+    def steps_from(self, first_step: int) -> list[tuple[int, int]]:
+        """`batch_bounds` of every step from `first_step` to the epoch's end."""
+        return [self.batch_bounds(step) for step in range(first_step, self.iterations)]
 
 
 @dataclass(frozen=True)
@@ -167,6 +175,22 @@ class EpochPlan:
             received = moves.sample_id[moves.dst == rank]
             result.append(np.sort(np.concatenate([np.setdiff1d(ids, sent), received])))
         return result
+
+    def sources(self, rank: int) -> np.ndarray:
+        """int8 (⌈N/M⌉,): per position of `rank`'s order, FROM_STORE, FROM_SHARED or FROM_LOAN.
+
+        A sample the rank holds comes from its store, one it borrows for a step from a peer (a
+        step's borrowed samples close its local batch, see plan/locality.py), any other from
+        shared storage.
+        """
+        order = self.order[rank]
+        sources = np.where(np.isin(order, self.held[rank]), FROM_STORE, FROM_SHARED).astype(np.int8)
+        if self.loans is not None:
+            borrowed_per_step = np.bincount(self.loans.step[self.loans.dst == rank], minlength=self.spec.iterations)
+            for step in np.flatnonzero(borrowed_per_step):
+                _, stop = self.spec.batch_bounds(step)
+                sources[stop - borrowed_per_step[step] : stop] = FROM_LOAN
+        return sources
 
     def store_peak(self) -> list[int]:
         """Per rank, the most samples in its store during the epoch (received before sent are deleted)."""

@@ -71,22 +71,3 @@ def plan_locality(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochPl
         reads_shared=reads_shared,
     )
 
-
-# where a rank's sample at each position of its epoch order comes from
-FROM_CACHE, FROM_SHARED, BORROWED = 0, 1, 2
-
-
-def sources_of(plan: EpochPlan, rank: int) -> np.ndarray:
-    """int8 (⌈N/M⌉,): per position of `rank`'s order, FROM_CACHE, FROM_SHARED or BORROWED.
-
-    Follows the layout `plan_locality` gives each local batch: own, then shared, then borrowed.
-    """
-    spec = plan.spec
-    order = plan.order[rank]
-    sources = np.where(np.isin(order, plan.held[rank]), FROM_CACHE, FROM_SHARED).astype(np.int8)
-    if plan.loans is not None:
-        borrowed_per_step = np.bincount(plan.loans.step[plan.loans.dst == rank], minlength=spec.iterations)
-        for step in np.flatnonzero(borrowed_per_step):
-            _, stop = spec.batch_bounds(step)
-            sources[stop - borrowed_per_step[step] : stop] = BORROWED
-    return sources

@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from hpcshuffle.plan import PlanSpec, get_planner, initial_partition, moves_per_rank, plan_epochs
+from hpcshuffle.plan import PlanSpec, get_strategy, initial_partition, moves_per_rank, plan_epochs
 from hpcshuffle.plan.common import pad_to
 
 
@@ -243,9 +243,9 @@ def test_spec_rejects_zero_batch():
         PlanSpec(10, 2, 0)
 
 
-def test_get_planner_unknown_lists_choices():
+def test_get_strategy_unknown_lists_choices():
     with pytest.raises(ValueError) as err:
-        get_planner("locality-aware")
+        get_strategy("locality-aware")
     message = str(err.value)
     assert "'locality-aware'" in message
     for name in ("global", "local", "partial"):

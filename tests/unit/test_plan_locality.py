@@ -13,7 +13,8 @@ from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.plan.balance import balance
 from hpcshuffle.plan.common import initial_partition
 from hpcshuffle.plan.global_ import plan_global
-from hpcshuffle.plan.locality import BORROWED, FROM_CACHE, FROM_SHARED, plan_locality, sources_of
+from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE
+from hpcshuffle.plan.locality import plan_locality
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -124,11 +125,11 @@ def test_sources_name_where_each_position_comes_from():
     held = [ids[: 3 * len(ids) // 4] for ids in initial_partition(spec)]
     plan = plan_locality(spec, held, 1)
     for rank in range(spec.num_ranks):
-        sources = sources_of(plan, rank)
+        sources = plan.sources(rank)
         order = plan.order[rank]
         borrowed_rows = plan.loans.borrows_of(rank)
-        assert (sources == BORROWED).sum() == len(borrowed_rows)
-        assert sorted(order[sources == BORROWED].tolist()) == sorted(plan.loans.sample_id[borrowed_rows].tolist())
-        assert set(order[sources == FROM_CACHE].tolist()) <= set(held[rank].tolist())
+        assert (sources == FROM_LOAN).sum() == len(borrowed_rows)
+        assert sorted(order[sources == FROM_LOAN].tolist()) == sorted(plan.loans.sample_id[borrowed_rows].tolist())
+        assert set(order[sources == FROM_STORE].tolist()) <= set(held[rank].tolist())
         assert not set(order[sources == FROM_SHARED].tolist()) & set(np.concatenate(held).tolist())
         assert (sources == FROM_SHARED).sum() == plan.reads_shared[rank]

@@ -14,7 +14,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcshuffle.plan import FIXED_Q, PlanSpec, moves_per_rank, plan_epochs
+from hpcshuffle.plan import STRATEGIES, PlanSpec, moves_per_rank, plan_epochs
 
 EPOCHS = 3
 SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -30,7 +30,7 @@ def run_shapes(draw):
     if shuffle == "partial":
         q = draw(st.floats(0.0, 1.0, allow_nan=False, allow_infinity=False))
     else:
-        q = FIXED_Q[shuffle]
+        q = STRATEGIES[shuffle].fixed_q
     seed = draw(st.integers(0, 2**63 - 1))
     return PlanSpec(num_samples=n, num_ranks=m, batch_size=b, q=q, seed=seed), shuffle
 

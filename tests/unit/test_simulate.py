@@ -95,16 +95,16 @@ def test_a_batch_that_is_not_whole_local_batches_is_refused():
 def test_virtual_order_lays_out_each_step_rank_by_rank_and_splits_back():
     spec = PlanSpec(num_samples=103, num_ranks=WORKERS, batch_size=5, q=0.3, seed=2)
     plan = next(plan_epochs(spec, "partial", 1))
-    order = virtual_order(plan, 0, 5)
+    order = virtual_order(plan, 0)
     assert len(order) == spec.max_share * WORKERS == 104  # 26 per rank: 5 steps of 5, then one of 1
     assert order[:5].tolist() == plan.order[0][:5].tolist()
     assert order[5:10].tolist() == plan.order[1][:5].tolist()
     assert order[WORKERS * 5 : WORKERS * 5 + 5].tolist() == plan.order[0][5:10].tolist()
-    workers = split_by_worker(order.tolist(), WORKERS, 5)
+    workers = split_by_worker(order.tolist(), spec)
     assert order[-WORKERS:].tolist() == [plan.order[r][-1] for r in range(WORKERS)]  # the short last step
     assert workers == [plan.order[r].tolist() for r in range(WORKERS)]
     # from a step on (a resumed epoch): the tail of the same layout
-    assert virtual_order(plan, 2, 5).tolist() == order[2 * WORKERS * 5 :].tolist()
+    assert virtual_order(plan, 2).tolist() == order[2 * WORKERS * 5 :].tolist()
 
 
 @pytest.mark.parametrize("argv", [[], ["x", "epochs=1"], ["0"], ["-3"]])
