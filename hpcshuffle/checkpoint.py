@@ -27,8 +27,9 @@ import torch
 from mpi4py import MPI
 
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.metrics import RankEpoch
+from hpcshuffle.metrics import RankEpoch, drop_epochs_from
 from hpcshuffle.store import atomic_write
+from hpcshuffle.world import World, on_root
 
 FILE = "checkpoint.pt"
 FORMAT = 1
@@ -100,6 +101,99 @@ def check_resumable(checkpoint: dict, plan: dict, epochs: int, where: Path) -> N
             f"the run in {where} already completed {checkpoint['epoch']} epochs; pass a larger "
             f"epochs= to train on, or start a new run directory"
         )
+
+
+def layout(workers: int, processes: int) -> str:
+    return f"{workers} virtual workers" if processes < workers else f"{workers} ranks"
+
+
+class Checkpointer:
+    """The run directory's checkpoint for one run: find it at the start, restore from it, write it.
+
+    Args:
+        identity: the plan's shape and dataset (see `FIXED`), plus `num_ranks` (workers) and
+            `processes` (this job's ranks; fewer than workers when they are virtual).
+        resume: "auto" (continue if the run directory holds a checkpoint) or "require".
+    """
+
+    def __init__(self, world: World, run_dir: Path, identity: dict, resume: str, epochs: int) -> None:
+        self.world, self.run_dir, self.identity = world, run_dir, identity
+        self.resume, self.epochs = resume, epochs
+
+    def say(self, message: str) -> None:
+        if self.world.is_root:
+            print(message, flush=True)
+
+    def find(self) -> dict | None:
+        """Collective: the run directory's checkpoint if there is one (and it fits this run)."""
+        found = on_root(self.world, self._read, ConfigError)
+        if found is None:
+            return None
+        saved_ranks = found["plan"]["num_ranks"]
+        self.say(f"resume: {self.run_dir / FILE} at epoch {found['epoch']}, step {found['step']} "
+                 f"(written by {saved_ranks} workers)")
+        if not self.same_layout(found):
+            now = layout(self.identity["num_ranks"], self.identity["processes"])
+            then = layout(saved_ranks, found["plan"].get("processes", saved_ranks))
+            self.say(f"resume: {now} instead of {then}: re-planned for {self.identity['num_ranks']} workers; each "
+                     f"store is restaged to the new plan's epoch {found['epoch']} partition, "
+                     "from other ranks' stores first, then from shared storage")
+            if found["step"]:
+                self.say(f"resume: the checkpoint is inside epoch {found['epoch']}; the old workers' progress "
+                         "through it does not carry over to new ones, so the epoch restarts from step 0 with "
+                         "the checkpoint's weights")
+                found["step"] = 0
+        return found
+
+    def _read(self) -> dict | None:
+        found = load(self.run_dir)
+        if found is None:
+            if self.resume == "require":
+                raise ConfigError(
+                    f"checkpoint.resume=require but {self.run_dir} holds no {FILE}; pass "
+                    "the run directory of the interrupted run as hydra.run.dir"
+                )
+            return None
+        check_resumable(found, self.identity, self.epochs, self.run_dir)
+        for name in ("metrics.jsonl", "audit.jsonl"):  # records the resumed run writes again
+            dropped = drop_epochs_from(self.run_dir / name, found["epoch"])
+            if dropped:
+                print(f"resume: dropped {dropped} records of epoch {found['epoch']} on from {name}", flush=True)
+        return found
+
+    def same_layout(self, found: dict) -> bool:
+        """Whether the checkpoint's run had these workers in these processes (virtual or real ranks)."""
+        saved = found["plan"]
+        now = (self.identity["num_ranks"], self.identity["processes"])
+        return (saved["num_ranks"], saved.get("processes", saved["num_ranks"])) == now
+
+    def restore(self, found: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> RankState | None:
+        """Load the weights; with the same layout also this rank's RNG, and inside an epoch return
+        its progress through it (the counters and ids trained so far)."""
+        model.load_state_dict(found["model"])
+        optimizer.load_state_dict(found["optimizer"])
+        if not self.same_layout(found):
+            return None
+        state: RankState = found["ranks"][self.world.rank]
+        restore_rng(state.rng)
+        if not found["step"]:
+            return None
+        model.load_state_dict(state.buffers, strict=False)
+        return state
+
+    def save(self, epoch: int, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+             row: RankEpoch | None = None, trained=(), buffers: dict | None = None) -> Path:
+        """Collective: rank 0 writes where training continues (epoch, step) and everything it needs."""
+        state = RankState(rng_state())
+        if step:
+            state = RankState(state.rng, row, list(trained), buffers or {})
+        states = self.world.comm.gather(state, root=0)
+        if self.world.is_root:
+            save(self.run_dir, {
+                "epoch": epoch, "step": step, "plan": self.identity,
+                "model": model.state_dict(), "optimizer": optimizer.state_dict(), "ranks": states,
+            })
+        return self.run_dir / FILE
 
 
 class Preemption:

@@ -41,23 +41,23 @@ class PlannedCache:
 
     Args:
         root: the directory (emptied now; removed by `close`).
-        spec: the run's plan parameters (global shuffling).
+        spec, shuffle: the run's plan parameters and strategy (one that reads shared storage).
         policy, capacity: see cache.POLICIES; capacity in samples.
         epochs: the run's epoch count; rank: whose reads.
         start_epoch, start_step: where this run starts (a resume); the cache starts empty there.
     """
 
     def __init__(
-        self, root: Path, spec: PlanSpec, policy: str, capacity: int, epochs: int, rank: int,
+        self, root: Path, spec: PlanSpec, shuffle: str, policy: str, capacity: int, epochs: int, rank: int,
         start_epoch: int = 0, start_step: int = 0,
     ) -> None:
         started = time.perf_counter()
         self.root = Path(root)
         self.spec = spec
-        self.capacity = capacity
+        self.policy, self.capacity = policy, capacity
         self.start_epoch = start_epoch
         self.skipped = start_step * spec.batch_size  # positions of the first epoch already trained
-        trace, lengths = rank_trace(spec, "global", epochs, rank, start_epoch)
+        trace, lengths = rank_trace(spec, shuffle, epochs, rank, start_epoch)
         trace = trace[self.skipped :]
         if len(lengths):
             lengths[0] -= self.skipped

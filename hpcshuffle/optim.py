@@ -23,7 +23,7 @@ OPTIMIZERS = ("sgd", "lars", "lamb")
 SCHEDULES = ("constant", "step", "cosine", "poly")
 
 
-@dataclass(frozen=True)
+@dataclass
 class OptimConfig:
     """`conf/optim/*.yaml`, typed.
 

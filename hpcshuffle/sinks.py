@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 
 
@@ -25,16 +24,15 @@ def flatten(record: dict, prefix: str = "") -> dict:
 class WandbSink:
     """Rank 0's wandb run, in the run directory; disabled (with one warning) if wandb fails."""
 
-    def __init__(self, run_dir: Path, config, world) -> None:
+    def __init__(self, run_dir: Path, project: str, settings: dict) -> None:
         self.run = None
         os.environ.setdefault("WANDB_MODE", "offline")
         os.environ.setdefault("WANDB_SILENT", "true")
         try:
             import wandb
 
-            settings = dict(asdict(config), workers=world.size)
             self.run = wandb.init(
-                project=config.wandb_project, dir=str(run_dir), name=run_dir.name, config=settings,
+                project=project, dir=str(run_dir), name=run_dir.name, config=settings,
                 settings=wandb.Settings(init_timeout=60, x_disable_stats=True),
             )
         except Exception as err:  # noqa: BLE001 - logging must never end a training run

@@ -141,21 +141,23 @@ class NodeDemand:
     free_bytes: int  # free on the file system holding the store
 
 
-def demand(host: str, store: Store, work: StageWork, q: float) -> NodeDemand:
-    # PLS receives ⌊q·⌊N/M⌋⌋ samples before it deletes what it sent: (1+q)·N/M at the peak
-    headroom = int(q * work.target_bytes)
+def demand(host: str, store: Store, work: StageWork, headroom: float) -> NodeDemand:
+    """This rank's claim: what it must copy, plus `headroom` (a fraction of its partition's bytes)
+    of room for what an exchange brings in before it deletes what it sent."""
+    room_bytes = int(headroom * work.target_bytes)
     held = sum(store.meta(i).nbytes for i in store.ids())
     freed = sum(store.meta(i).nbytes for i in work.to_remove) + sum(
         store.meta(i).nbytes for i in work.to_copy if i in store
     )
     free = shutil.disk_usage(store.root).free
-    return NodeDemand(host, work.copy_bytes + headroom, freed, held, free)
+    return NodeDemand(host, work.copy_bytes + room_bytes, freed, held, free)
 
 
-def check_capacity(local_dir: Path, demands: list[NodeDemand], q: float, max_bytes: int | None) -> None:
+def check_capacity(local_dir: Path, demands: list[NodeDemand], headroom: float, max_bytes: int | None) -> None:
     """Fail, naming the node and the numbers, if a node's ranks need more than its disk offers.
 
-    Every rank calls this with all ranks' demands, so all reach the same verdict.
+    `headroom` is what `demand` reserved, named in the message. Every rank calls this with all
+    ranks' demands, so all reach the same verdict.
     """
     for host in sorted({d.host for d in demands}):
         mine = [d for d in demands if d.host == host]
@@ -168,8 +170,8 @@ def check_capacity(local_dir: Path, demands: list[NodeDemand], q: float, max_byt
             limit = f"storage.max_gib={max_bytes / 2**30:.3g} allows" if max_bytes is not None else "has"
             raise ConfigError(
                 f"node-local space on {host}: {local_dir} {limit} {gib(available)} free, but its "
-                f"{len(mine)} ranks need {gib(need)} = (1+q)·N/M of their partitions with q={q}; "
-                "lower q, use more nodes, or point storage.local_dir at a larger disk",
+                f"{len(mine)} ranks need {gib(need)} more to hold (1+{headroom:.3g})·N/M of their partitions; "
+                "lower q (shuffle.q), use more nodes, or point storage.local_dir at a larger disk",
                 collective=True,
             )
 
@@ -296,41 +298,72 @@ def stage_rank(
     target_ids: Iterable[int],
     catalog: Catalog,
     *,
-    q: float,
+    headroom: float,
     threads: int = 8,
     max_bytes: int | None = None,
     copy: bool = True,
     progress: bool = False,
     timeout_s: float = 300.0,
 ) -> StageReport:
-    """Collective: every rank stages its own store; rank 0 shows progress and prints a summary.
+    """Collective: every MPI rank stages its own store; see `stage_stores`."""
+    (report,) = stage_stores(
+        world, [store], [target_ids], catalog, headroom=headroom, threads=threads, max_bytes=max_bytes,
+        copy=copy, progress=progress, timeout_s=timeout_s,
+    )
+    return report
 
-    Samples another rank's store holds come from there over MPI; only the rest is read from
-    shared storage. With copy=False nothing is read from shared storage and a sample that no
-    store holds is an error (for jobs that stage in a separate step).
+
+def stage_stores(
+    world: World,
+    stores: list[Store],
+    targets: list[Iterable[int]],
+    catalog: Catalog,
+    *,
+    headroom: float,
+    threads: int = 8,
+    max_bytes: int | None = None,
+    copy: bool = True,
+    progress: bool = False,
+    timeout_s: float = 300.0,
+) -> list[StageReport]:
+    """Collective: bring each store to its target; rank 0 shows progress and prints a summary.
+
+    Under MPI each process stages its own rank's store, and samples another rank's store holds
+    come from there; a single process may stage several ranks of its node, from shared storage
+    only. `headroom` is the extra fraction of a partition's bytes the store must have room for
+    (an exchange's peak; 0 where nothing moves). With copy=False nothing is read from shared
+    storage and a sample that no store holds is an error (for jobs that stage in a separate step).
     """
-    work, problem = None, None
+    if world.size > 1 and len(stores) != 1:
+        raise ValueError(f"under MPI each process stages its own rank's store, got {len(stores)} stores")
+    works, problem = [], None
     try:
-        work = assess(store, target_ids, catalog, threads)
+        works = [assess(store, target, catalog, threads) for store, target in zip(stores, targets)]
     except (DatasetError, OSError) as err:
         problem = str(err)
     agree(world, problem)
-    check_capacity(store.root.parent, world.comm.allgather(demand(world.hostname, store, work, q)), q, max_bytes)
-    work = take_from_peers(world, store, work, timeout_s)
+    demands = world.comm.allgather([demand(world.hostname, s, w, headroom) for s, w in zip(stores, works)])
+    check_capacity(stores[0].root.parent, [d for process in demands for d in process], headroom, max_bytes)
+    if world.size > 1:  # peers are other MPI ranks; one process staging several ranks has none
+        works = [take_from_peers(world, stores[0], works[0], timeout_s)]
     if not copy:
         problem = None
         try:
-            require_staged(work, store)
+            for store, work in zip(stores, works):
+                require_staged(work, store)
         except StoreError as err:
             problem = str(err)
         agree(world, problem)
-    with byte_progress(work.copy_bytes, progress and world.is_root, desc="stage (rank 0)") as bar:
-        report = execute(store, work, catalog, threads, on_bytes=bar.update)
-    reports = world.comm.gather(report, root=0)
-    changed = world.comm.gather([catalog.relpaths[i] for i in work.changed[:3]], root=0)
+    desc = "stage (rank 0)" if world.size > 1 else "stage"
+    with byte_progress(sum(w.copy_bytes for w in works), progress and world.is_root, desc) as bar:
+        reports = [execute(store, work, catalog, threads, on_bytes=bar.update) for store, work in zip(stores, works)]
+    gathered = world.comm.gather(reports, root=0)
+    changed = world.comm.gather([catalog.relpaths[i] for work in works for i in work.changed[:3]], root=0)
     if world.is_root:
-        print(summary(reports, [path for paths in changed for path in paths], store.root.parent), flush=True)
-    return report
+        all_reports = [report for process in gathered for report in process]
+        all_changed = [path for paths in changed for path in paths]
+        print(summary(all_reports, all_changed, stores[0].root.parent), flush=True)
+    return reports
 
 
 def summary(reports: list[StageReport], changed_examples: list[str], local_dir: Path) -> str:

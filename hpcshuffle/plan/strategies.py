@@ -62,14 +62,14 @@ class Strategy:
             if requested is None:
                 raise ValueError(
                     f"shuffle={self.name} needs q, the fraction exchanged per epoch, in [0, 1] "
-                    f"(shuffle.q=Q; hpcshuffle plan: --q Q)"
+                    f"(shuffle.q=Q in a training config, --q Q on the command line)"
                 )
             return float(requested)
         if requested is not None and float(requested) != self.fixed_q:
             movable = ", ".join(s.name for s in STRATEGIES.values() if s.fixed_q is None)
             raise ValueError(
                 f"shuffle={self.name} means q={self.fixed_q}, got q={requested}; to exchange a fraction use "
-                f"shuffle={movable} shuffle.q={requested} (hpcshuffle plan: --shuffle {movable} --q {requested})"
+                f"shuffle={movable} shuffle.q={requested} (on the command line: --shuffle {movable} --q {requested})"
             )
         return self.fixed_q
 

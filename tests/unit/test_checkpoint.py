@@ -5,7 +5,6 @@ from __future__ import annotations
 import os
 import random
 import signal
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -15,10 +14,9 @@ from mpi4py import MPI
 
 from hpcshuffle import checkpoint
 from hpcshuffle.checkpoint import Preemption, RankState, check_resumable, restore_rng, rng_state
-from hpcshuffle.config import DatasetConfig, RunConfig
+from hpcshuffle.config import CheckpointConfig, LoaderConfig
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.metrics import append_jsonl, drop_epochs_from, read_jsonl
-from hpcshuffle.optim import OptimConfig
 
 PLAN = {"shuffle": "partial", "num_samples": 211, "num_ranks": 4, "batch_size": 8, "q": 0.5, "seed": 0, "dataset": "ab"}
 
@@ -86,23 +84,15 @@ def test_preemption_stops_at_the_next_poll_and_restores_the_handlers():
     assert signal.getsignal(signal.SIGUSR1) == before
 
 
-VALID = RunConfig(
-    shuffle="partial", q=0.3, dataset=DatasetConfig("imagefolder", Path("data")), model="small_cnn", epochs=2,
-    batch_size=8, seed=0, optim=OptimConfig(), local_dir=Path("store"), stage=True,
-    replica=False, stage_threads=2, max_bytes=None, loader_workers=0, exchange_timeout_s=60.0, device="cpu",
-    threads=1, audit=False, progress=False,
-)
-
-
 @pytest.mark.parametrize(
-    ("change", "message"),
+    ("group", "change", "message"),
     [
-        ({"resume": "never"}, "checkpoint.resume must be 'auto' .* or 'require' .*, got 'never'"),
-        ({"checkpoint_every_epochs": -1}, r"checkpoint.every_epochs must be >= 0 \(0: off\), got -1"),
-        ({"checkpoint_every_steps": -2}, r"checkpoint.every_steps must be >= 0 \(0: off\), got -2"),
-        ({"on_error": "ignore"}, "loader.on_error must be 'fail' or 'skip', got 'ignore'"),
+        (CheckpointConfig, {"resume": "never"}, "checkpoint.resume must be 'auto' .* or 'require' .*, got 'never'"),
+        (CheckpointConfig, {"every_epochs": -1}, r"checkpoint.every_epochs must be >= 0 \(0: off\), got -1"),
+        (CheckpointConfig, {"every_steps": -2}, r"checkpoint.every_steps must be >= 0 \(0: off\), got -2"),
+        (LoaderConfig, {"on_error": "ignore"}, "loader.on_error must be 'fail' or 'skip', got 'ignore'"),
     ],
 )
-def test_bad_reliability_settings_are_named(change, message):
+def test_bad_reliability_settings_are_named(group, change, message):
     with pytest.raises(ConfigError, match=message):
-        replace(VALID, **change)
+        group(**change)

@@ -22,7 +22,7 @@ def run_config(*overrides: str) -> RunConfig:
 
 def test_default_is_the_cpu_demo():
     config = run_config()
-    assert (config.model, config.dataset.format, config.optim.name, config.device) == ("small_cnn", "imagefolder", "sgd", "cpu")
+    assert (config.model.name, config.dataset.format, config.optim.name, config.device) == ("small_cnn", "imagefolder", "sgd", "cpu")
 
 
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
@@ -31,19 +31,19 @@ def test_every_experiment_composes(experiment):
     config = run_config(f"+experiment={experiment}", "dataset.root=/datasets/x", *weights)
     assert config.epochs >= 30 and config.optim.lr > 0
     # the model options it sets are ones the model has (`weights` is the runner's own)
-    assert set(config.model_options) - {"weights"} <= set(models.default_options(config.model))
+    assert set(config.model.options) - {"weights"} <= set(models.default_options(config.model.name))
 
 
 def test_paper_recipes():
     resnet = run_config("+experiment=imagenet1k_resnet50", "dataset.root=/imagenet")
-    assert (resnet.model, resnet.optim.milestones, resnet.optim.peak_lr(32 * 512)) == ("resnet50", (30, 60, 80), pytest.approx(6.4))
+    assert (resnet.model.name, resnet.optim.milestones, resnet.optim.peak_lr(32 * 512)) == ("resnet50", (30, 60, 80), pytest.approx(6.4))
     wrn = run_config("+experiment=cifar100_wrn28_10", "dataset.root=/cifar")
-    assert (wrn.model_options["dropout"], wrn.optim.gamma, wrn.dataset.format) == (0.3, 0.2, "cifar100")
+    assert (wrn.model.options["dropout"], wrn.optim.gamma, wrn.dataset.format) == (0.3, 0.2, "cifar100")
     deepcam = run_config("+experiment=deepcam", "dataset.root=/deepcam")
     assert (deepcam.optim.name, deepcam.optim.unit, deepcam.optim.warmup, deepcam.optim.milestones) == ("lamb", "step", 400, (800,))
     assert deepcam.dataset.class_weights == pytest.approx((1.00173, 2.61461, 1.71642))
     lars = run_config("+experiment=imagenet1k_resnet50_lars", "dataset.root=/imagenet")
-    assert (lars.optim.name, lars.label_smoothing, lars.model) == ("lars", 0.1, "resnet50")
+    assert (lars.optim.name, lars.loss.label_smoothing, lars.model.name) == ("lars", 0.1, "resnet50")
 
 
 @pytest.mark.parametrize(
@@ -74,7 +74,7 @@ def test_a_synthetic_dataset_from_before_formats_is_reused_as_imagefolder(tmp_pa
 
     from hpcshuffle.formats.catalog import DatasetError
     from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-    from hpcshuffle.train import ensure_synthetic
+    from hpcshuffle.dataset import ensure_synthetic
 
     spec = {"samples": 20, "classes": 2, "size": 8}
     (tmp_path / "data").mkdir()

@@ -43,7 +43,7 @@ def replay(cache: PlannedCache, epochs: range, first_step: int = 0) -> int:
 
 @pytest.mark.parametrize("policy", ["lru", "nopfs", "reuse_count", "reuse_distance"])
 def test_replayed_decisions_find_their_copies_and_count_the_simulated_hits(tmp_path, policy):
-    cache = PlannedCache(tmp_path / "cache", SPEC, policy, 20, EPOCHS, rank=1)
+    cache = PlannedCache(tmp_path / "cache", SPEC, "global", policy, 20, EPOCHS, rank=1)
     hits = replay(cache, range(EPOCHS))
     assert hits == simulate(trace_all, 20, policy).hits > 0
     cache.close()
@@ -54,7 +54,7 @@ def test_a_resumed_run_plans_from_an_empty_cache_at_its_step(tmp_path):
     stale = tmp_path / "cache" / "000000007.12"
     stale.parent.mkdir()
     stale.write_bytes(b"from the run before")
-    cache = PlannedCache(tmp_path / "cache", SPEC, "reuse_distance", 20, EPOCHS, rank=1, start_epoch=2, start_step=3)
+    cache = PlannedCache(tmp_path / "cache", SPEC, "global", "reuse_distance", 20, EPOCHS, rank=1, start_epoch=2, start_step=3)
     assert not stale.exists(), "the cache must start empty"
     rest = trace_all[2 * SPEC.max_share + 3 * SPEC.batch_size :]
     assert replay(cache, range(2, EPOCHS), first_step=3) == simulate(rest, 20, "reuse_distance").hits

@@ -1,0 +1,143 @@
+"""The typed run configuration: built once from Hydra's DictConfig at the entry point, checked here.
+
+Every config group has its dataclass (groups.py), registered in Hydra's ConfigStore as the
+group's `schema`; `RunConfig` holds one of each plus the run's top-level settings and checks what
+spans groups (which storage options a strategy can use, what virtual workers allow). Library code
+below the entry point takes plain values from this object, never a DictConfig.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass, field, fields
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from hpcshuffle.config.groups import (
+    CacheConfig, CheckpointConfig, DatasetConfig, ExchangeConfig, LoaderConfig, LoggerConfig, LossConfig,
+    ModelConfig, ShuffleConfig, StorageConfig,
+)
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.optim import OptimConfig
+from hpcshuffle.plan import HOME_SHARED, STRATEGIES
+
+PRECISIONS = ("fp32", "bf16")
+
+# group -> its dataclass; the groups with a conf/<group>/ directory get it as their schema
+GROUPS = {
+    "shuffle": ShuffleConfig, "dataset": DatasetConfig, "optim": OptimConfig, "storage": StorageConfig,
+    "loader": LoaderConfig, "cache": CacheConfig, "checkpoint": CheckpointConfig, "logger": LoggerConfig,
+    "exchange": ExchangeConfig, "loss": LossConfig,
+}
+SCHEMA_GROUPS = ("shuffle", "dataset", "optim", "storage", "loader", "cache", "checkpoint", "logger")
+for _group in SCHEMA_GROUPS:
+    ConfigStore.instance().store(group=_group, name="schema", node=GROUPS[_group])
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    shuffle: ShuffleConfig
+    dataset: DatasetConfig
+    model: ModelConfig
+    optim: OptimConfig
+    epochs: int
+    batch_size: int
+    seed: int = 0
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    loader: LoaderConfig = field(default_factory=LoaderConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    logger: LoggerConfig = field(default_factory=LoggerConfig)
+    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    loss: LossConfig = field(default_factory=LossConfig)
+    device: str = "cpu"
+    precision: str = "fp32"
+    channels_last: bool = False
+    threads: int = 1
+    audit: bool = False
+    progress: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("epochs", "batch_size", "threads"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.device not in ("cpu", "cuda"):
+            raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+        self._check_shared_storage_options()
+        self._check_virtual()
+
+    @property
+    def strategy(self):
+        return self.shuffle.strategy
+
+    def _check_shared_storage_options(self) -> None:
+        """A node replica and a planned cache stand in front of shared storage: only strategies
+        that train from shared storage have one."""
+        shared = " or ".join(f"shuffle={s.name}" for s in STRATEGIES.values() if s.home == HOME_SHARED)
+        reads_shared = self.strategy.home == HOME_SHARED
+        if self.storage.replica and not reads_shared:
+            raise ConfigError(
+                f"storage.replica=true keeps a full replica per node for {shared}; shuffle={self.shuffle.name} "
+                "stages only each rank's partition: drop storage.replica"
+            )
+        if self.cache.enabled and (not reads_shared or self.storage.replica):
+            raise ConfigError(
+                f"cache.policy={self.cache.policy} caches reads from shared storage, which only {shared} "
+                f"without storage.replica makes; shuffle={self.shuffle.name} reads node-local copies already: "
+                "set cache.policy=none"
+            )
+
+    def _check_virtual(self) -> None:
+        if not self.shuffle.virtual_workers:
+            return
+        if self.loader.on_error != "fail":
+            raise ConfigError(
+                "shuffle.virtual_workers normalises each virtual worker's whole local batch, which a skipped "
+                "sample would break: set loader.on_error=fail"
+            )
+        if self.cache.enabled or self.storage.replica:
+            raise ConfigError(
+                "shuffle.virtual_workers simulates the training, not the I/O: it reads shared storage directly; "
+                "set cache.policy=none and storage.replica=false"
+            )
+
+    @classmethod
+    def from_hydra(cls, cfg: DictConfig) -> RunConfig:
+        settings = OmegaConf.to_container(cfg, resolve=True)
+        try:
+            groups = {group: build(typed_class, settings.pop(group, {}), group) for group, typed_class in GROUPS.items()}
+            model = settings.pop("model")
+            groups["model"] = ModelConfig(model.pop("name"), model)
+            top_level = {f.name for f in fields(cls)} - set(groups)
+            check_keys(settings, top_level, "the config")
+            settings["progress"] = settings.get("progress", False) and sys.stderr.isatty()  # logs get the table only
+            return cls(**settings, **groups)
+        except ValueError as err:  # a component's own check (OptimConfig)
+            raise ConfigError(str(err)) from None
+
+
+def check_keys(settings: dict, known: set[str], group: str) -> None:
+    """Fail naming the first key of `settings` that is not a setting of `group` (a typo)."""
+    unknown = sorted(set(settings) - known)
+    if unknown:
+        raise ConfigError(f"{group}.{unknown[0]} is not a setting of {group}; known: {', '.join(sorted(known))}")
+
+
+def build(typed_class, settings: dict, group: str):
+    """`typed_class(**settings)` once every key is one of its fields; lists become tuples."""
+    check_keys(settings, {f.name for f in fields(typed_class)}, group)
+    return typed_class(**{key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()})
+
+
+def resolved_yaml(cfg: DictConfig) -> str:
+    """The run's config as YAML, every interpolation resolved (what ranks must agree on)."""
+    return OmegaConf.to_yaml(cfg, resolve=True, sort_keys=True)
+
+
+__all__ = [
+    "CacheConfig", "CheckpointConfig", "DatasetConfig", "ExchangeConfig", "LoaderConfig", "LoggerConfig",
+    "LossConfig", "ModelConfig", "RunConfig", "ShuffleConfig", "StorageConfig", "resolved_yaml",
+]

@@ -1,0 +1,213 @@
+"""One typed, checked dataclass per Hydra config group (`conf/<group>/*.yaml`).
+
+Each is registered in Hydra's ConfigStore as `<group>/schema` (config/__init__.py) and every
+yaml of the group starts from it (`defaults: [schema, _self_]`), so a misspelt key or a value of
+the wrong type fails when Hydra composes the config, and a value out of range fails here, in
+`__post_init__`, with the setting's name and what to do.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+from hpcshuffle.cache import POLICIES
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.formats.codec import DatasetOptions
+from hpcshuffle.plan import STRATEGIES, get_strategy
+
+
+def at_least(group: str, **values: int | float) -> None:
+    """Fail naming `group.name` for the first value below 1."""
+    for name, value in values.items():
+        if value < 1:
+            raise ConfigError(f"{group}.{name} must be >= 1, got {value}")
+
+
+@dataclass
+class ShuffleConfig:
+    """`conf/shuffle/`: the strategy, its q, and the virtual-worker simulation.
+
+    Attributes:
+        ahead: locality-aware loading: steps a loan is sent before its step.
+        virtual_workers: > 0: one process trains as synchronous SGD over this many workers.
+        virtual_chunk: virtual workers per forward/backward pass; 0: all of them.
+    """
+
+    name: str = "local"
+    q: float = 0.0
+    ahead: int = 4
+    virtual_workers: int = 0
+    virtual_chunk: int = 0
+
+    def __post_init__(self) -> None:
+        if self.name not in STRATEGIES:
+            raise ConfigError(f"shuffle must be one of {sorted(STRATEGIES)}, got {self.name!r}")
+        if not 0.0 <= self.q <= 1.0:
+            raise ConfigError(f"shuffle.q must be in [0, 1], got {self.q}")
+        try:
+            get_strategy(self.name).q_for(self.q)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+        if self.ahead < 1:
+            raise ConfigError(f"shuffle.ahead must be >= 1 (steps a loan is sent early), got {self.ahead}")
+        if self.virtual_workers < 0 or self.virtual_chunk < 0:
+            raise ConfigError(
+                f"shuffle.virtual_workers and shuffle.virtual_chunk must be >= 0 (0: off), got "
+                f"{self.virtual_workers} and {self.virtual_chunk}"
+            )
+        if self.virtual_chunk and not self.virtual_workers:
+            raise ConfigError("shuffle.virtual_chunk only applies with shuffle.virtual_workers=M; set both or neither")
+
+    @property
+    def strategy(self):
+        return get_strategy(self.name)
+
+
+@dataclass
+class DatasetConfig:
+    """`conf/dataset/`: which format, where, and how to decode it.
+
+    Attributes:
+        synthesize: when set, rank 0 writes a synthetic dataset of this spec (the keyword
+            arguments of the format's `synthesize`) at `root` on first use.
+        class_weights: per-class loss weights (DeepCAM: MLPerf-HPC's), None for uniform.
+    """
+
+    format: str = "imagefolder"
+    root: Path = Path("data/synthetic")
+    augment: str = "standard"
+    image_size: Optional[int] = None
+    synthesize: Optional[dict[str, Any]] = None
+    class_weights: Optional[list[float]] = None
+
+    def __post_init__(self) -> None:
+        self.root = Path(self.root)
+        try:
+            self.options = DatasetOptions(self.augment, self.image_size)
+        except ValueError as err:
+            raise ConfigError(str(err)) from None
+
+
+@dataclass
+class StorageConfig:
+    """`conf/storage/`: the node-local stores (README "Staging").
+
+    Attributes:
+        stage: copy what is missing or stale before training; False: fail unless staged.
+        replica: global shuffling reads a full replica per node instead of shared storage.
+        max_gib: cap on what this job's ranks may use per node; None: the free space.
+    """
+
+    local_dir: Path = Path("/tmp/hpcshuffle-store")
+    stage: bool = True
+    threads: int = 8
+    replica: bool = False
+    max_gib: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        self.local_dir = Path(self.local_dir)
+        at_least("storage", threads=self.threads)
+        if self.max_gib is not None and self.max_gib <= 0:
+            raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_gib:g}")
+
+    @property
+    def max_bytes(self) -> int | None:
+        return None if self.max_gib is None else int(self.max_gib * 2**30)
+
+
+@dataclass
+class LoaderConfig:
+    """`conf/loader/`: DataLoader processes and the threads of the unordered fetcher (fetch.py)."""
+
+    workers: int = 0
+    io_threads: int = 1
+    decode_threads: int = 0
+    on_error: str = "fail"
+
+    def __post_init__(self) -> None:
+        if self.workers < 0:
+            raise ConfigError(f"loader.workers must be >= 0, got {self.workers}")
+        if self.io_threads < 1 or self.decode_threads < 0:
+            raise ConfigError(
+                f"loader.io_threads must be >= 1 and loader.decode_threads >= 0, got {self.io_threads} and "
+                f"{self.decode_threads}"
+            )
+        if self.on_error not in ("fail", "skip"):
+            raise ConfigError(f"loader.on_error must be 'fail' or 'skip', got {self.on_error!r}")
+
+
+@dataclass
+class CacheConfig:
+    """`conf/cache/`: a planned cache of shared-storage reads on node-local disk (node_cache.py).
+
+    Attributes:
+        samples: per rank; None: a quarter of what a rank reads per epoch.
+    """
+
+    policy: str = "none"
+    samples: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.policy != "none" and self.policy not in POLICIES:
+            raise ConfigError(f"cache.policy must be 'none' or one of {sorted(POLICIES)}, got {self.policy!r}")
+        if self.policy != "none" and self.samples is not None and self.samples < 1:
+            raise ConfigError(f"cache.samples must be >= 1 or null (a quarter of a rank's reads), got {self.samples}")
+
+    @property
+    def enabled(self) -> bool:
+        return self.policy != "none"
+
+
+@dataclass
+class CheckpointConfig:
+    """`conf/checkpoint/`: <run dir>/checkpoint.pt (README "Preemption and recovery")."""
+
+    resume: str = "auto"
+    every_epochs: int = 1
+    every_steps: int = 0
+
+    def __post_init__(self) -> None:
+        if self.resume not in ("auto", "require"):
+            raise ConfigError(
+                f"checkpoint.resume must be 'auto' (continue if the run directory has a checkpoint) or "
+                f"'require' (fail without one), got {self.resume!r}"
+            )
+        for name in ("every_epochs", "every_steps"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"checkpoint.{name} must be >= 0 (0: off), got {getattr(self, name)}")
+
+
+@dataclass
+class LoggerConfig:
+    """`conf/logger/`: metrics.jsonl always; wandb in addition; per-step losses on request."""
+
+    wandb: bool = False
+    step_loss: bool = False
+    project: str = "hpcshuffle"
+
+
+@dataclass
+class ExchangeConfig:
+    """How long an exchange, a loan or staging from peers may make no progress before it fails."""
+
+    timeout_s: float = 300.0
+
+
+@dataclass
+class LossConfig:
+    label_smoothing: float = 0.0  # classification only
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ConfigError(f"loss.label_smoothing must be in [0, 1), got {self.label_smoothing}")
+
+
+@dataclass
+class ModelConfig:
+    """`conf/model/`: the network's name and its keyword options (each model checks its own;
+    `weights`, a state dict to start from, is the runner's)."""
+
+    name: str
+    options: dict = field(default_factory=dict)

@@ -1,0 +1,126 @@
+"""The data-path interface, what every path shares, and the run's facts they are built from."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hpcshuffle.config import RunConfig
+from hpcshuffle.formats.catalog import Catalog
+from hpcshuffle.formats.codec import Codec
+from hpcshuffle.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.metrics import RankEpoch
+from hpcshuffle.plan import EpochPlan, PlanSpec
+from hpcshuffle.stage import stage_rank
+from hpcshuffle.store import Store, StoreError, rank_dir
+from hpcshuffle.world import World, agree
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """What a data path needs to know about the run.
+
+    Attributes:
+        spec: the plan's shape (workers are virtual workers in a simulation).
+        plan_key: identifies the plan sequence in the stores' manifests.
+        first_plan: the plan of the epoch the run starts (or resumes) in.
+        start_step: the step it resumes at inside that epoch.
+    """
+
+    world: World
+    config: RunConfig
+    spec: PlanSpec
+    catalog: Catalog
+    codec: Codec
+    plan_key: str
+    first_plan: EpochPlan
+    start_step: int
+    pin_memory: bool
+
+
+class DataPath:
+    """Reads one rank's samples during an epoch; subclasses add the strategy's transfers.
+
+    This base reads everything from `store_roots` (None: shared storage) in the plan's order and
+    counts each trained sample as `counter`.
+    """
+
+    counter = "read_shared"
+    store_roots: list[Path] | None = None
+    cache_dir: Path | None = None
+
+    def __init__(self, run: RunContext) -> None:
+        self.run = run
+        self.world, self.spec = run.world, run.spec
+        self.order = EpochOrder()
+        self.plan: EpochPlan | None = None
+
+    def make_loader(self, batch_size: int | None = None):
+        """The DataLoader over this path's sampler: call once the path knows where samples live."""
+        config = self.run.config
+        samples = Samples(
+            self.run.catalog, self.run.codec, self.store_roots, train=True, seed=config.seed,
+            on_error=config.loader.on_error, io_threads=config.loader.io_threads,
+            decode_threads=config.loader.decode_threads, cache_dir=self.cache_dir,
+        )
+        self.loader = make_loader(samples, self.order, batch_size or config.batch_size, config.loader.workers,
+                                  pin_memory=self.run.pin_memory)
+
+    def batches(self) -> Iterator:
+        """The epoch's batches: (inputs, targets, sample ids, skipped) per step from `start_epoch`'s step."""
+        return iter(self.loader)
+
+    def start_epoch(self, plan: EpochPlan, first_step: int, row: RankEpoch) -> None:
+        """Get ready to train on `plan` from step `first_step` (a resumed epoch starts later)."""
+        self.plan = plan
+        self.set_order(plan, first_step)
+
+    def set_order(self, plan: EpochPlan, first_step: int) -> None:
+        self.order.set_order(plan.order[self.world.rank][first_step * self.spec.batch_size :], plan.epoch)
+
+    def before_step(self, step: int, row: RankEpoch, sample_ids: list[int]) -> None:
+        """The batch of `step` is loaded: count it, start what must overlap forward/backward."""
+        row.samples[self.counter] += len(sample_ids)
+
+    def end_epoch(self, stopped: int | None, row: RankEpoch) -> None:
+        """The epoch ended (`stopped`: the step a preemption stopped it at, else None)."""
+
+    def record_extras(self, samples: dict) -> dict:
+        """What this path adds to the epoch's metrics.jsonl record (`samples`: summed over ranks)."""
+        return {}
+
+    def audit(self, trained: list[int]) -> list[tuple[list[int], list[int]]]:
+        """(ids held at the epoch's start, ids trained on) per worker this process trains."""
+        return [([], trained)]
+
+    def close(self) -> None:
+        pass
+
+
+def open_store(run: RunContext, root: Path, target_ids: np.ndarray | range, headroom: float) -> Store:
+    """Open the store at `root` and make it hold exactly `target_ids`, the plan's at the run's start,
+    with room for `headroom` (the fraction of its partition an exchange brings in before it sends)."""
+    storage = run.config.storage
+    store, problem = None, None
+    try:
+        store = Store(root)
+    except (StoreError, OSError) as err:
+        problem = (
+            f"storage.local_dir={storage.local_dir}: cannot open the node-local store {root} ({err}); point "
+            "storage.local_dir at a writable directory on node-local disk"
+        )
+    agree(run.world, problem)
+    stage_rank(
+        run.world, store, target_ids, run.catalog, headroom=headroom, threads=storage.threads,
+        max_bytes=storage.max_bytes, copy=storage.stage, progress=run.config.progress,
+        timeout_s=run.config.exchange.timeout_s,
+    )
+    store.commit(run.first_plan.epoch, run.plan_key)
+    return store
+
+
+def rank_store_dir(run: RunContext, rank: int) -> Path:
+    return rank_dir(run.config.storage.local_dir, rank)

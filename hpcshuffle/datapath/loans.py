@@ -1,0 +1,60 @@
+"""Locality-aware loading's data path: global shuffling's batches from the node-local stores,
+ranks lending each other samples for one step (loans.py) to even out their local batches."""
+
+from __future__ import annotations
+
+from hpcshuffle.datapath.base import RunContext
+from hpcshuffle.datapath.store import StorePath
+from hpcshuffle.loans import Lender
+from hpcshuffle.metrics import RankEpoch
+from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE, EpochPlan
+
+
+class LoanPath(StorePath):
+    def __init__(self, run: RunContext) -> None:
+        super().__init__(run)
+        config = run.config
+        # a loan must be sent before the loader asks for it: cover the DataLoader's look-ahead
+        # (2 batches per worker process) and the batch being assembled
+        ahead = max(config.shuffle.ahead, 2 * config.loader.workers + 2)
+        self.lender = Lender(self.world.comm, self.store, ahead, config.exchange.timeout_s)
+        self.waited_s = 0.0  # of the lender's wait, what is already counted as exchange time
+
+    def set_order(self, plan: EpochPlan, first_step: int) -> None:
+        rank, start = self.world.rank, first_step * self.spec.batch_size
+        self.sources = plan.sources(rank)
+        self.lent_per_step = plan.loans.lent_per_step(rank, self.spec.iterations) if plan.loans else None
+        self.lender.start_epoch(plan, first_step)
+        self.waited_s = 0.0
+        self.order.set_order(
+            plan.order[rank][start:], plan.epoch, sources=self.sources[start:], borrow=self.lender.borrowed,
+            first_step=first_step, batch_size=self.spec.batch_size,
+        )
+
+    def before_step(self, step: int, row: RankEpoch, sample_ids: list[int]) -> None:
+        # the loop timed the wait for borrowed samples as reading; it is exchange time
+        waited = self.lender.wait_s - self.waited_s
+        self.waited_s = self.lender.wait_s
+        row.seconds["io"] -= waited
+        row.seconds["exchange"] += waited
+        with row.phase("exchange"):
+            self.lender.post(step)  # overlap: send the loans of the coming steps during FW/BW
+        # counted per step trained from the plan, so a resumed epoch counts each loan once
+        start, stop = self.spec.batch_bounds(step)
+        batch_sources = self.sources[start:stop]
+        row.samples["read_local"] += int((batch_sources == FROM_STORE).sum())
+        row.samples["read_shared"] += int((batch_sources == FROM_SHARED).sum())
+        row.samples["received"] += int((batch_sources == FROM_LOAN).sum())
+        row.samples["sent"] += int(self.lent_per_step[step]) if self.lent_per_step is not None else 0
+
+    def end_epoch(self, stopped: int | None, row: RankEpoch) -> None:
+        with row.phase("exchange"):
+            if stopped is not None:
+                self.lender.abandon()
+            else:
+                self.lender.finish()
+        super().end_epoch(stopped, row)
+
+    def close(self) -> None:
+        self.lender.close()
+        super().close()

@@ -1,0 +1,56 @@
+"""The run's dataset: synthesized on first use when the config asks, listed once on rank 0 and
+shared with every rank (a parallel file system should not serve M directory scans)."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+from pathlib import Path
+
+from hpcshuffle.config import DatasetConfig
+from hpcshuffle.formats import get_format
+from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.formats.synthetic import GENERATOR_VERSION
+from hpcshuffle.world import World, agree, on_root
+
+
+def prepare_dataset(world: World, dataset: DatasetConfig, seed: int, progress: bool) -> tuple[Catalog, Catalog]:
+    """Collective: (training catalog, validation catalog), synthesizing the dataset first if asked."""
+    fmt = get_format(dataset.format)
+
+    def listing() -> tuple[Catalog, Catalog]:
+        if dataset.synthesize is not None:
+            ensure_synthetic(dataset.format, dataset.root, dict(dataset.synthesize), seed, progress)
+        train_split, val_split = fmt.splits
+        return fmt.scan(dataset.root, train_split), fmt.scan(dataset.root, val_split)
+
+    train, val = on_root(world, listing, DatasetError, ValueError, OSError)
+    missing = None if dataset.root.is_dir() else f"dataset.root {dataset.root} is not readable here"
+    agree(world, missing)
+    return train, val
+
+
+def ensure_synthetic(format_name: str, root: Path, spec: dict, seed: int, progress: bool) -> None:
+    root.parent.mkdir(parents=True, exist_ok=True)
+    with open(root.parent / f".{root.name}.lock", "w") as lock:
+        # the runs of a sweep may start at once: one writes the dataset, the others wait and reuse it
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        marker = root / ".synthetic.json"
+        wanted = {"format": format_name, **spec, "seed": seed, "generator": GENERATOR_VERSION}
+        if marker.exists():
+            # markers written before datasets had formats name none: they were all ImageFolders
+            found = {"format": "imagefolder", **json.loads(marker.read_text())}
+            if found != wanted:
+                raise DatasetError(
+                    f"{root} holds a synthetic dataset made with {found}, not {wanted}; "
+                    "delete it or point dataset.root elsewhere"
+                )
+            return
+        if root.exists() and any(root.iterdir()):
+            raise DatasetError(
+                f"{root} exists but is not a complete synthetic dataset made here; to train on the data "
+                f"there, name its format (e.g. dataset=imagefolder dataset.root={root}); to synthesize, "
+                "delete it or point dataset.root at an empty directory"
+            )
+        get_format(format_name).synthesize(root, seed=seed, progress=progress, **spec)
+        marker.write_text(json.dumps(wanted))
