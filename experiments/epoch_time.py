@@ -21,7 +21,7 @@ from pathlib import Path
 from common import strategy_overrides, train
 
 from hpcshuffle.analysis.plots import plot_breakdown, plot_curves
-from hpcshuffle.report import steady_means
+from hpcshuffle.analysis.report import steady_means
 
 DEFAULT_OVERRIDES = ["dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
                      "dataset.synthesize.classes=20"]

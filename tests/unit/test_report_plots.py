@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from hpcshuffle.analysis.report import curve_tables, load_runs
 from hpcshuffle.cli import main
-from hpcshuffle.report import curve_tables, load_runs
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -11,16 +12,18 @@ import numpy as np
 import pytest
 
 from hpcshuffle import store as store_module
+from hpcshuffle.cli import main
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats import deepcam
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.formats.catalog import DatasetError
+from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.stage import (
-    NodeDemand, StageReport, assess, check_capacity, demand, execute, peer_moves, require_staged,
+    NodeDemand, StageReport, assess, check_capacity, demand, execute, peer_moves, replica_ids, require_staged,
 )
-from hpcshuffle.store import Store, StoreError
+from hpcshuffle.store import Store, StoreError, rank_dir
 
 SAMPLES = 60
 
@@ -138,8 +141,8 @@ def test_capacity_names_the_node_and_the_numbers(tmp_path):
     with pytest.raises(ConfigError) as err:
         check_capacity(tmp_path, demands, 0.5, max_bytes=500 << 20)
     message = str(err.value)
-    assert "n1" in message and "500.0 MiB" in message and "600.0 MiB" in message and "q=0.5" in message
-    assert "lower q" in message and err.value.collective
+    assert "n1" in message and "500.0 MiB" in message and "600.0 MiB" in message and "(1+0.5)·N/M" in message
+    assert "lower q (shuffle.q)" in message and "storage.local_dir" in message and err.value.collective
     short_disk = [NodeDemand("n2", 2 << 30, 1 << 30, 0, (1 << 30) - 1)]
     with pytest.raises(ConfigError, match="n2.*2.00 GiB"):
         check_capacity(tmp_path, short_disk, 0.0, None)
@@ -148,7 +151,7 @@ def test_capacity_names_the_node_and_the_numbers(tmp_path):
 def test_demand_reserves_room_for_the_exchange(tmp_path, catalog):
     with Store(tmp_path / "store") as store:
         work = assess(store, range(20), catalog)
-        need = demand("host", store, work, q=0.5)
+        need = demand("host", store, work, headroom=0.5)
         assert need.need_bytes == work.copy_bytes + int(0.5 * work.target_bytes)
         assert need.free_bytes == shutil.disk_usage(tmp_path).free or need.free_bytes > 0
 
@@ -213,3 +216,42 @@ def test_peer_moves_take_from_the_lowest_other_holder():
 def test_peer_moves_never_send_to_oneself_and_may_be_none():
     assert peer_moves([ids(4), ids()], [ids(4), ids()]) is None  # only rank 0 holds what it wants
     assert peer_moves([ids(), ids()], [ids(1), ids(2)]) is None
+
+
+# -- `hpcshuffle stage` from one process -------------------------------------------------------
+
+
+def stage_cli(catalog: Catalog, dst: Path, *flags: str) -> None:
+    main(["stage", "--src", str(catalog.root), "--dst", str(dst), "--workers", "4", "--threads", "2", *flags])
+
+
+def test_stage_cli_stages_each_ranks_epoch0_partition(tmp_path, catalog, capsys):
+    stage_cli(catalog, tmp_path / "local", "--shuffle", "partial", "--q", "0.5", "--ranks", "1-2")
+    assert "staged 2 ranks" in capsys.readouterr().out
+    held = next(plan_epochs(PlanSpec(SAMPLES, 4, 1, 0.5, 0), "partial", 1)).held
+    assert not (tmp_path / "local" / "rank00000").exists()
+    for rank in (1, 2):
+        with Store(rank_dir(tmp_path / "local", rank)) as store:
+            assert store.ids() == set(held[rank].tolist()) and store.epoch == 0
+
+
+def test_stage_cli_splits_a_node_replica_for_global(tmp_path, catalog, capsys):
+    stage_cli(catalog, tmp_path / "local", "--shuffle", "global", "--ranks", "0-2")
+    for local_rank in range(3):
+        with Store(rank_dir(tmp_path / "local", local_rank)) as store:
+            assert store.ids() == set(replica_ids(SAMPLES, local_rank, 3))
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (("--shuffle", "partial"), "shuffle=partial needs q"),  # no silent q=0
+        (("--shuffle", "local", "--q", "0.3"), "shuffle=local means q=0.0, got q=0.3"),
+        (("--shuffle", "partial", "--q", "0.5", "--max-gib", "0.00001"), "node-local space on .*lower q"),
+    ],
+)
+def test_stage_cli_refuses_with_the_fix(tmp_path, catalog, capsys, flags, message):
+    with pytest.raises(SystemExit) as exit_info:
+        stage_cli(catalog, tmp_path / "local", *flags)
+    assert exit_info.value.code == 2
+    assert re.search(f"hpcshuffle stage: error: {message}", capsys.readouterr().err)

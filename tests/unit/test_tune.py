@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpcshuffle.analysis.report import SUMMARY_COLUMNS, collect, find_runs, write_summary_csv
+from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli import main
-from hpcshuffle.report import SUMMARY_COLUMNS, collect, find_runs, write_summary_csv
-from hpcshuffle.tune import tune_q, tune_table
 
 # final top-1 % per (workers, shuffle, q): with tolerance 1.0, workers 2 → q=0.1, workers 4 → q=0.3
 SCORES = {

@@ -1,6 +1,6 @@
 """Compare runs: the Fig. 10-style breakdown per run, epoch time relative to local shuffling, the
 Fig. 5-style validation curves (and shuffle-quality curves where runs record `mixing`), their PNG
-figures, and a one-row-per-run summary (CSV) of a results tree for tuning q (`hpcshuffle.tune`)."""
+figures, and a one-row-per-run summary (CSV) of a results tree for tuning q (`hpcshuffle.analysis.tune`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
-from hpcshuffle.plan import run_label as strategy_label
+from hpcshuffle.plan import run_label as strategy_label, with_role
 
 
 def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
@@ -51,7 +51,8 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
         if not (run_dir / "metrics.jsonl").exists():
             raise FileNotFoundError(f"{run_dir} has no metrics.jsonl; is it a run directory?")
     rows = [run_summary(d, skip_first) for d in run_dirs]
-    local = [r["epoch"] for r in rows if r["shuffle"] == "local"]
+    # "vs LS": epoch time over the baseline strategy's (local shuffling, which moves nothing)
+    baseline = [r["epoch"] for r in rows if r["shuffle"] == with_role("baseline").name]
     lines = [
         "seconds per epoch, mean over ranks (epoch: slowest rank), "
         + ("epochs after the first" if skip_first else "all epochs"),
@@ -59,7 +60,7 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
         f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val':>8}",
     ]
     for r in rows:
-        ratio = f"{r['epoch'] / local[0]:.2f}" if local else "-"
+        ratio = f"{r['epoch'] / baseline[0]:.2f}" if baseline else "-"
         lines.append(
             f"{r['shuffle']:>8} {r['q']:>5.2f} {r['workers']:>3} {r['io']:>7.2f} {r['exchange']:>8.2f} "
             f"{r['fwbw']:>7.2f} {r['allreduce']:>9.2f} {r['epoch']:>7.2f} {ratio:>6} {r['sent']:>7.0f} "

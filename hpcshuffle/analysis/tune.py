@@ -1,8 +1,9 @@
 """Tune q (Nguyen et al. §III-D): start with local shuffling, treat q as a hyper-parameter.
 
-Given the summary rows of a sweep (`hpcshuffle.report.collect`), recommend per worker count the
-smallest exchange fraction q whose final validation score is within a tolerance of global
-shuffling's (or, without a global run, of the best run's).
+Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recommend per worker
+count the smallest exchange fraction q whose final validation score is within a tolerance of global
+shuffling's (or, without a global run, of the best run's). Which strategies lie on the q axis, which
+one is the reference and which the "vs LS" baseline, the strategy table says (`hpcshuffle.plan`).
 """
 
 from __future__ import annotations
@@ -10,9 +11,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-REFERENCES = ("auto", "global", "best")
-CANDIDATES = ("local", "partial")  # what q can be tuned over; local is q = 0
-SHUFFLE_ORDER = {"local": 0, "partial": 1, "global": 2}
+from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
+
+REFERENCES = ("auto", "global", "best")  # "global": the table's reference strategy, as the CLI spells it
+CANDIDATES = tuple(name for name, strategy in STRATEGIES.items() if strategy.on_q_axis)  # local is q = 0
+COMPARED = (*CANDIDATES, with_role("reference").name)  # the strategies a sweep's rows may hold
+TABLE_ORDER = {name: index for index, name in enumerate(STRATEGIES)}  # rows at equal q, in table order
 SCORE_UNITS = {"val_top1": "top-1 %", "val_iou": "100·IoU"}
 EPSILON = 1e-9  # a score exactly at reference - tolerance qualifies despite float rounding
 
@@ -28,7 +32,7 @@ class QRow:
     final_score: float  # mean over runs
     score_sd: float | None  # sample standard deviation over runs; None for a single run
     epoch_s: float | None
-    vs_local: float | None  # epoch_s / local shuffling's epoch_s at the same worker count
+    vs_local: float | None  # epoch_s / the baseline's (local shuffling's) epoch_s at the same worker count
     sent_per_epoch: float | None
     recommended: bool = False
 
@@ -70,8 +74,9 @@ def skip_reason(row: dict, include_incomplete: bool) -> str | None:
         return "no epochs recorded yet"
     if row["final_score"] is None:
         return "no validation score in its last epoch"
-    if row["shuffle"] not in SHUFFLE_ORDER:
-        return f"shuffle {row['shuffle']!r} is not global, local or partial"
+    if row["shuffle"] not in COMPARED:
+        *others, last = sorted(COMPARED)
+        return f"shuffle {row['shuffle']!r} is not {', '.join(others)} or {last}"
     if not row["complete"] and not include_incomplete:
         if row["epochs_planned"] is None:
             return f"incomplete? {row['epochs_done']} epochs, planned count unknown (no epochs in config.yaml)"
@@ -84,14 +89,19 @@ def _mean(values: list) -> float | None:
     return sum(values) / len(values) if values else None
 
 
+def run_q(run: dict) -> float:
+    """The run's q: its strategy's fixed one (local 0, global 1), else the one it recorded."""
+    fixed_q = get_strategy(run["shuffle"]).fixed_q
+    return float(run["q"]) if fixed_q is None else fixed_q
+
+
 def q_rows(runs: list[dict]) -> list[QRow]:
-    """Average the runs of each (shuffle, q), sorted by q (local before partial at equal q)."""
+    """Average the runs of each (shuffle, q), sorted by q (in strategy-table order at equal q)."""
     by_q: dict[tuple[str, float], list[dict]] = {}
     for run in runs:
-        q = {"local": 0.0, "global": 1.0}.get(run["shuffle"], float(run["q"]))
-        by_q.setdefault((run["shuffle"], round(q, 6)), []).append(run)
+        by_q.setdefault((run["shuffle"], round(run_q(run), 6)), []).append(run)
     rows = []
-    for (shuffle, q), same in sorted(by_q.items(), key=lambda item: (item[0][1], SHUFFLE_ORDER[item[0][0]])):
+    for (shuffle, q), same in sorted(by_q.items(), key=lambda item: (item[0][1], TABLE_ORDER[item[0][0]])):
         scores = [run["final_score"] for run in same]
         rows.append(QRow(
             shuffle=shuffle, q=q, workers=same[0]["workers"], runs=len(same), final_score=sum(scores) / len(scores),
@@ -99,44 +109,59 @@ def q_rows(runs: list[dict]) -> list[QRow]:
             epoch_s=_mean([run["epoch_s"] for run in same]), vs_local=None,
             sent_per_epoch=_mean([run["sent_per_epoch"] for run in same]),
         ))
-    local = next((row for row in rows if row.shuffle == "local"), None)
-    if local is not None and local.epoch_s:
+    baseline = find_row(rows, with_role("baseline").name)
+    if baseline is not None and baseline.epoch_s:
         for row in rows:
-            row.vs_local = None if row.epoch_s is None else row.epoch_s / local.epoch_s
+            row.vs_local = None if row.epoch_s is None else row.epoch_s / baseline.epoch_s
     return rows
 
 
+def find_row(rows: list[QRow], shuffle: str) -> QRow | None:
+    """The row of strategy `shuffle` (the first, where its runs differ in q); None without one."""
+    return next((row for row in rows if row.shuffle == shuffle), None)
+
+
+def _user_q(row: QRow) -> bool:
+    """Whether the row's q is the user's (partial) rather than implied by the strategy's name."""
+    return get_strategy(row.shuffle).fixed_q is None
+
+
 def _q_text(row: QRow) -> str:
-    local = "local, " if row.shuffle == "local" else ""
-    return f"q={row.q:g} ({local}{row.final_score:.2f})"
+    name = "" if _user_q(row) else f"{row.shuffle}, "
+    return f"q={row.q:g} ({name}{row.final_score:.2f})"
 
 
 def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult:
-    """The smallest q among one group's local and partial runs within `tolerance` of the reference."""
+    """The smallest q among one group's candidate runs (local, partial) within `tolerance` of the reference."""
     first = runs[0]
     rows = q_rows(runs)
+    reference_name = with_role("reference").name
     group = GroupResult(
         workers=first["workers"], model=first["model"], dataset=first["dataset"], score_name=first["score_name"],
-        reference=None, reference_label="global", reference_score=None, recommended_q=None, recommended_score=None,
-        reason="", rows=rows,
+        reference=None, reference_label=reference_name, reference_score=None, recommended_q=None,
+        recommended_score=None, reason="", rows=rows,
     )
     for column in ("score_name", "batch_size", "epochs_planned"):
         values = sorted({str(run[column]) for run in runs})
         if len(values) > 1:
             group.notes.append(f"runs differ in {column} ({', '.join(values)}): their scores may not be comparable")
-    global_row = next((row for row in rows if row.shuffle == "global"), None)
-    if global_row is not None and reference in ("auto", "global"):
-        group.reference, group.reference_score = "global", global_row.final_score
+    reference_row = find_row(rows, reference_name)
+    if reference_row is not None and reference in ("auto", "global"):
+        group.reference, group.reference_score = "global", reference_row.final_score
     elif reference == "global":
-        group.reason = f"no global run with {group.workers} workers to compare with; run one or use --reference best"
+        group.reason = (
+            f"no {reference_name} run with {group.workers} workers to compare with; run one or use --reference best"
+        )
         return group
     else:
         best = max(rows, key=lambda row: row.final_score)
         group.reference, group.reference_score = "best", best.final_score
-        group.reference_label = f"best ({best.shuffle}" + (f" q={best.q:g})" if best.shuffle == "partial" else ")")
+        group.reference_label = f"best ({best.shuffle}" + (f" q={best.q:g})" if _user_q(best) else ")")
     candidates = [row for row in rows if row.shuffle in CANDIDATES]
     if not candidates:
-        group.reason = f"no local or partial runs with {group.workers} workers; sweep shuffle=local,partial"
+        group.reason = (
+            f"no {' or '.join(CANDIDATES)} runs with {group.workers} workers; sweep shuffle={','.join(CANDIDATES)}"
+        )
         return group
     threshold = group.reference_score - tolerance - EPSILON
     chosen = next((row for row in candidates if row.final_score >= threshold), None)
@@ -157,7 +182,7 @@ def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_
     """Recommend q per (model, dataset, workers) group of summary rows.
 
     Args:
-        rows: `hpcshuffle.report.collect` rows.
+        rows: `hpcshuffle.analysis.report.collect` rows.
         tolerance: how far below the reference a candidate's final score may be, in the score's
             units (points of top-1 %, or of 100·IoU).
         reference: "global" (GS's final score), "best" (the best (shuffle, q)'s mean final score), or

@@ -1,0 +1,69 @@
+"""`hpcshuffle plan`: dry-run a shuffling plan and print its partitions, exchanges and storage."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import numpy as np
+
+from hpcshuffle.plan import STRATEGIES, EpochPlan, PlanSpec, get_strategy, plan_epochs
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    plan = commands.add_parser("plan", help="dry-run a shuffling plan: partitions, exchanges, storage")
+    plan.add_argument("--samples", type=int, required=True, help="N, training samples")
+    plan.add_argument("--workers", type=int, required=True, help="M, ranks")
+    plan.add_argument("--shuffle", choices=sorted(STRATEGIES), required=True)
+    plan.add_argument("--q", type=float, default=None, help="fraction exchanged per epoch (partial)")
+    plan.add_argument("--batch", type=int, default=32, help="b, samples per rank per iteration")
+    plan.add_argument("--epochs", type=int, default=3)
+    plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("--json", action="store_true", help="per epoch and rank: ids held and order")
+    plan.set_defaults(run=cmd_plan)
+
+
+def cmd_plan(args: argparse.Namespace) -> None:
+    q = get_strategy(args.shuffle).q_for(args.q)
+    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed)
+    plans = list(plan_epochs(spec, args.shuffle, args.epochs))
+    print(plan_json(plans) if args.json else plan_summary(plans))
+
+
+def plan_summary(plans: list[EpochPlan]) -> str:
+    spec = plans[0].spec
+    lines = [
+        f"N={spec.num_samples} samples, M={spec.num_ranks} workers, b={spec.batch_size}, q={spec.q}, "
+        f"seed={spec.seed}: {spec.iterations} iterations/epoch, every rank trains on {spec.max_share} "
+        f"samples/epoch; partitions {spec.min_share}..{spec.max_share}",
+        f"{'epoch':>5} {'held min..max':>14} {'sent/rank':>12} {'recv/rank':>12} {'peak/rank':>10} "
+        f"{'bound':>6} {'shared reads':>13}",
+    ]
+    for plan in plans:
+        held = [len(ids) for ids in plan.held]
+        sent, received, peak = plan.sent_counts(), plan.received_counts(), plan.store_peak()
+        lines.append(
+            f"{plan.epoch:>5} {f'{min(held)}..{max(held)}':>14} {f'{min(sent)}..{max(sent)}':>12} "
+            f"{f'{min(received)}..{max(received)}':>12} {max(peak):>10} {spec.storage_bound():>6} "
+            f"{sum(plan.reads_shared):>13}"
+        )
+    return "\n".join(lines)
+
+
+def plan_json(plans: list[EpochPlan]) -> str:
+    def ids(arrays: list[np.ndarray]) -> list[list[int]]:
+        return [array.tolist() for array in arrays]
+
+    epochs = [
+        {
+            "epoch": plan.epoch,
+            "held": ids(plan.held),
+            "order": ids(plan.order),
+            "sent": plan.sent_counts(),
+            "received": plan.received_counts(),
+            "store_peak": plan.store_peak(),
+            "reads_shared": plan.reads_shared,
+        }
+        for plan in plans
+    ]
+    return json.dumps({"epochs": epochs})
