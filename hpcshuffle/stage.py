@@ -292,27 +292,6 @@ def require_staged(work: StageWork, store: Store) -> None:
         )
 
 
-def stage_rank(
-    world: World,
-    store: Store,
-    target_ids: Iterable[int],
-    catalog: Catalog,
-    *,
-    headroom: float,
-    threads: int = 8,
-    max_bytes: int | None = None,
-    copy: bool = True,
-    progress: bool = False,
-    timeout_s: float = 300.0,
-) -> StageReport:
-    """Collective: every MPI rank stages its own store; see `stage_stores`."""
-    (report,) = stage_stores(
-        world, [store], [target_ids], catalog, headroom=headroom, threads=threads, max_bytes=max_bytes,
-        copy=copy, progress=progress, timeout_s=timeout_s,
-    )
-    return report
-
-
 def stage_stores(
     world: World,
     stores: list[Store],

@@ -14,7 +14,7 @@ from hpcshuffle.formats.codec import Codec
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan, PlanSpec
-from hpcshuffle.stage import stage_rank
+from hpcshuffle.stage import stage_stores
 from hpcshuffle.store import Store, StoreError, rank_dir
 from hpcshuffle.world import World, agree
 
@@ -113,8 +113,8 @@ def open_store(run: RunContext, root: Path, target_ids: np.ndarray | range, head
             "storage.local_dir at a writable directory on node-local disk"
         )
     agree(run.world, problem)
-    stage_rank(
-        run.world, store, target_ids, run.catalog, headroom=headroom, threads=storage.threads,
+    stage_stores(
+        run.world, [store], [target_ids], run.catalog, headroom=headroom, threads=storage.threads,
         max_bytes=storage.max_bytes, copy=storage.stage, progress=run.config.progress,
         timeout_s=run.config.exchange.timeout_s,
     )
