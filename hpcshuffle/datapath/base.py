@@ -59,14 +59,15 @@ class DataPath:
         self.plan: EpochPlan | None = None
 
     def make_loader(self, batch_size: int | None = None):
-        """The DataLoader over this path's sampler: call once the path knows where samples live."""
+        """The DataLoader over this path's sampler: call once the path knows where samples live.
+        Its batches are the plan's steps (`batch_size`: the plan's b unless a step is larger)."""
         config = self.run.config
         samples = Samples(
             self.run.catalog, self.run.codec, self.store_roots, train=True, seed=config.seed,
             on_error=config.loader.on_error, io_threads=config.loader.io_threads,
             decode_threads=config.loader.decode_threads, cache_dir=self.cache_dir,
         )
-        self.loader = make_loader(samples, self.order, batch_size or config.batch_size, config.loader.workers,
+        self.loader = make_loader(samples, self.order, batch_size or self.spec.batch_size, config.loader.workers,
                                   pin_memory=self.run.pin_memory)
 
     def batches(self) -> Iterator:
