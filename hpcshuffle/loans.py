@@ -9,9 +9,9 @@ Per epoch::
     lender.finish()                    # every lent sample has been received
 
 Unlike the PLS exchange (exchange.py) nothing is written to a store: the borrower trains on
-the bytes and drops them. Lent samples travel ahead of their step so the transfer overlaps
-the steps before it; the receiver matches each message to the plan by the sample id it
-carries.
+the bytes and drops them. Lent samples travel ahead of their step, through the payload
+transport (transport.py), so the transfer overlaps the steps before it; the receiver matches
+each message to the plan by the epoch and sample id in its header.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ from collections import defaultdict, deque
 import numpy as np
 from mpi4py import MPI
 
-from hpcshuffle.exchange import MAX_MESSAGE_BYTES, ExchangeError
 from hpcshuffle.plan import EpochPlan
 from hpcshuffle.store import Store
+from hpcshuffle.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
 
 TAG_LOAN = 8
 HEADER = struct.Struct("<qq")  # epoch, sample id
@@ -35,22 +35,25 @@ class Lender:
     """Carries out this rank's part of each epoch's loans.
 
     Args:
-        comm: the job's communicator; the lender works on a private duplicate of it.
+        comm: the job's communicator; the lender's transport works on a private duplicate of it.
         store: this rank's cache, which lent samples are read from.
         ahead: how many steps before its step a loan is sent (prefetch depth); it must cover
             the loader's own look-ahead, or a rank could wait for a loan not yet sent.
         timeout_s: how long a wait for a borrowed sample may make no progress before it fails.
+        max_message_bytes: the largest single MPI message; bigger samples are chunked.
     """
 
-    def __init__(self, comm: MPI.Comm, store: Store, ahead: int, timeout_s: float = 300.0) -> None:
+    def __init__(
+        self, comm: MPI.Comm, store: Store, ahead: int, timeout_s: float = 300.0,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+    ) -> None:
         if ahead < 1:
             raise ValueError(f"loans must be sent at least 1 step ahead, got {ahead}")
-        self.comm = comm.Dup()
-        self.rank = comm.Get_rank()
+        self.transport = Transport(comm, TAG_LOAN, self._accept, timeout_s, max_message_bytes)
+        self.rank = self.transport.rank
         self.store = store
         self.ahead = ahead
-        self.timeout_s = timeout_s
-        self._early: list[tuple[int, np.ndarray]] = []  # (source, message) of an epoch not started yet
+        self._early: list[tuple[int, np.ndarray, np.ndarray]] = []  # messages of an epoch not started yet
         self.start_epoch(None)
 
     def start_epoch(self, plan: EpochPlan | None, first_step: int = 0) -> None:
@@ -72,39 +75,31 @@ class Lender:
                     self._expected[int(loans.src[row]), int(loans.sample_id[row])].append(step)
                     self._missing[step] += 1
         self._next_send = 0
-        self._pending_sends: list[tuple[MPI.Request, np.ndarray]] = []
-        self._pending_recvs: list[tuple[MPI.Request, np.ndarray, int]] = []
         self._arrived: dict[int, list[tuple[int, bytes]]] = defaultdict(list)  # step -> (id, bytes)
         early, self._early = self._early, []
-        for source, buffer in early:
-            self._accept(source, buffer)
+        for message in early:
+            self._accept(*message)
 
     def post(self, step: int) -> None:
         """Send every loan due by `step + ahead`, and take in what has arrived."""
         while self._next_send < len(self._sends) and self._sends[self._next_send][0] <= step + self.ahead:
             _, dst, sample_id = self._sends[self._next_send]
-            self._send(dst, sample_id)
+            self.transport.post(dst, HEADER.pack(self.epoch, sample_id), self.store.read_bytes(sample_id))
             self._next_send += 1
-        self._poll()
+        self.transport.poll()
 
     def borrowed(self, step: int) -> list[tuple[int, bytes]]:
         """(sample id, bytes) of what this rank borrows at `step`, waiting for them if needed."""
         self.post(step)
-        started = last_progress = time.monotonic()
-        while self._missing.get(step, 0):
-            if self._poll():
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > self.timeout_s:
-                raise ExchangeError(self._stall_report(step))
-            else:
-                time.sleep(0.0002)
-        self.wait_s += time.monotonic() - started
+        started_s = time.monotonic()
+        self.transport.wait(lambda: not self._missing.get(step, 0), lambda: self._stall_report(step))
+        self.wait_s += time.monotonic() - started_s
         self._missing.pop(step, None)
         return self._arrived.pop(step, [])
 
     def finish(self) -> None:
         """End the epoch once every loan this rank sent has been received."""
-        self._drain(barrier=False)
+        self.transport.drain(barrier=False, stall_report=self._unsent_report)
 
     def abandon(self) -> None:
         """Stop the epoch early (preemption): finish only the messages already posted.
@@ -112,48 +107,18 @@ class Lender:
         Every rank keeps taking in messages (and drops them) until all ranks' posted sends are
         done, so none is left in flight when MPI shuts down.
         """
-        self._drain(barrier=True)
+        self.transport.drain(barrier=True, stall_report=self._unsent_report)
 
     def close(self) -> None:
-        self.comm.Free()
+        self.transport.close()
 
     # -- internals -----------------------------------------------------------------------
 
-    def _send(self, dst: int, sample_id: int) -> None:
-        data = self.store.read_bytes(sample_id)
-        if len(data) > MAX_MESSAGE_BYTES:
-            raise ExchangeError(
-                f"sample {sample_id} is {len(data)} bytes, over the {MAX_MESSAGE_BYTES}-byte limit of one "
-                "loan message; use shuffle=partial or shuffle=local for samples this large"
-            )
-        payload = np.frombuffer(HEADER.pack(self.epoch, sample_id) + data, dtype=np.uint8)
-        self._pending_sends.append((self.comm.Isend([payload, MPI.BYTE], dest=dst, tag=TAG_LOAN), payload))
-
-    def _poll(self) -> bool:
-        """Advance every transfer without blocking; True if anything completed."""
-        progressed = False
-        status = MPI.Status()
-        while (message := self.comm.Improbe(MPI.ANY_SOURCE, TAG_LOAN, status)) is not None:
-            buffer = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
-            self._pending_recvs.append((message.Irecv([buffer, MPI.BYTE]), buffer, status.Get_source()))
-            progressed = True
-        waiting = []
-        for request, buffer, source in self._pending_recvs:
-            if request.Test():
-                self._accept(source, buffer)
-                progressed = True
-            else:
-                waiting.append((request, buffer, source))
-        self._pending_recvs = waiting
-        if self._pending_sends and MPI.Request.Testall([request for request, _ in self._pending_sends]):
-            self._pending_sends = []
-            progressed = True
-        return progressed
-
-    def _accept(self, source: int, buffer: np.ndarray) -> None:
-        epoch, sample_id = HEADER.unpack_from(buffer)
+    def _accept(self, source: int, header: np.ndarray, payload: np.ndarray) -> None:
+        """File a lent sample under the step it is borrowed at."""
+        epoch, sample_id = HEADER.unpack_from(header)
         if epoch != self.epoch:
-            self._early.append((source, buffer))  # a peer has started the next epoch already
+            self._early.append((source, header, payload))  # a peer has started the next epoch already
             return
         steps = self._expected.get((source, sample_id))
         if not steps:
@@ -162,29 +127,14 @@ class Lender:
                 "the ranks disagree on the plan (different seed, dataset or worker count?)"
             )
         step = steps.popleft()
-        self._arrived[step].append((sample_id, buffer[HEADER.size :].tobytes()))
+        self._arrived[step].append((sample_id, payload.tobytes()))
         self._missing[step] -= 1
 
-    def _drain(self, barrier: bool) -> None:
-        ibarrier, last_progress = None, time.monotonic()
-        while True:
-            progressed = self._poll()
-            if not self._pending_sends:
-                if not barrier:
-                    return
-                if ibarrier is None:
-                    ibarrier = self.comm.Ibarrier()
-                if ibarrier.Test() and not self._pending_recvs:
-                    return
-            if progressed:
-                last_progress = time.monotonic()
-            elif time.monotonic() - last_progress > self.timeout_s:
-                raise ExchangeError(
-                    f"rank {self.rank}: {len(self._pending_sends)} lent samples of epoch {self.epoch} were "
-                    f"not received for {self.timeout_s:.0f} s; a peer has likely died or hung; check its log"
-                )
-            else:
-                time.sleep(0.0002)
+    def _unsent_report(self) -> str:
+        return (
+            f"rank {self.rank}: {self.transport.sends_in_flight} messages of samples lent in epoch {self.epoch} "
+            f"were not received for {self.transport.timeout_s:.0f} s; a peer has likely died or hung; check its log"
+        )
 
     def _stall_report(self, step: int) -> str:
         waiting = defaultdict(list)
@@ -192,7 +142,7 @@ class Lender:
             waiting[src] += [sample_id] * len(steps)
         waiting = {src: ids[:5] for src, ids in waiting.items() if ids}
         return (
-            f"rank {self.rank}: waited {self.timeout_s:.0f} s without progress for the samples it borrows at "
-            f"step {step} of epoch {self.epoch}; still expecting {waiting} (rank: first ids). A peer has "
-            "likely died or hung; check its log"
+            f"rank {self.rank}: waited {self.transport.timeout_s:.0f} s without progress for the samples it "
+            f"borrows at step {step} of epoch {self.epoch}; still expecting {waiting} (rank: first ids). A peer "
+            "has likely died or hung; check its log"
         )

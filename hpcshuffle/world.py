@@ -31,7 +31,7 @@ class World:
     local_size: int
     node_ranks: tuple[int, ...]  # the global ranks on this node, by local rank
     hostname: str
-    comm: MPI.Comm  # for small metadata only (pickle-based calls); payloads go through exchange.py
+    comm: MPI.Comm  # for small metadata only (pickle-based calls); payloads go through transport.py
 
     @property
     def is_root(self) -> bool:

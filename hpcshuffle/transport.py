@@ -1,0 +1,188 @@
+"""The one MPI payload transport, under the PLS exchange (exchange.py) and loans (loans.py).
+
+Each owner frames a header of its own, which its receiver checks against the plan::
+
+    transport = Transport(comm, tag, deliver, timeout_s)   # deliver(source, header, payload)
+    transport.post(dst, header, payload)        # Isend, chunked; buffers kept until sent
+    transport.poll()                            # take in what arrived, deliver whole messages
+    transport.wait(done, stall_report)          # poll until done(); the stall watchdog
+    transport.drain(barrier, stall_report)      # finish posted sends (barrier: everyone's)
+
+Above `max_message_bytes` a message is chunked (MPI counts are int32): the first chunk carries
+a frame (payload and header sizes), the header and the start of the payload, the rest carry
+the payload on. Receives are sized by Improbe, never fixed. Messages between two ranks do not
+overtake each other, so chunks are reassembled per source in the order they were probed.
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from collections import defaultdict, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+from mpi4py import MPI
+
+MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB, well below the 2 GiB int32 limit of MPI counts
+FRAME = struct.Struct("<QI")  # payload bytes, header bytes: what a message's first chunk announces
+POLL_INTERVAL_S = 0.0002  # a wait that found nothing sleeps this long, so it does not spin a core
+Deliver = Callable[[int, np.ndarray, np.ndarray], None]  # (source rank, header, payload), uint8 arrays
+
+
+class ExchangeError(RuntimeError):
+    """Payloads cannot be moved: ranks disagree on the plan, or a peer stopped answering."""
+
+
+@dataclass
+class _Assembly:
+    """A message whose first chunk has arrived; `payload` fills as the others do."""
+
+    header: np.ndarray
+    payload: np.ndarray
+    filled_bytes: int
+
+
+class Transport:
+    """Moves framed payloads between the ranks of a private duplicate of `comm`.
+
+    Args:
+        comm: the job's communicator; the transport works on a private duplicate of it, so its
+            messages never meet anyone else's.
+        tag: the MPI tag of every message.
+        deliver: called with (source rank, header, payload) for each complete message, in the
+            order a source posted them; it owns the arrays from then on.
+        timeout_s: how long a wait may make no progress before it raises ExchangeError.
+        max_message_bytes: the largest single MPI message; bigger payloads are chunked.
+    """
+
+    def __init__(
+        self, comm: MPI.Comm, tag: int, deliver: Deliver, timeout_s: float, max_message_bytes: int = MAX_MESSAGE_BYTES
+    ) -> None:
+        if not FRAME.size < max_message_bytes < 1 << 31:
+            raise ValueError(
+                f"max_message_bytes must be in ({FRAME.size}, 2**31) (MPI counts are int32), got {max_message_bytes}"
+            )
+        self.comm = comm.Dup()
+        self.rank = self.comm.Get_rank()
+        self.tag = tag
+        self.deliver = deliver
+        self.timeout_s = timeout_s
+        self.max_message_bytes = max_message_bytes
+        self._sends: list[tuple[MPI.Request, np.ndarray]] = []  # a buffer must outlive its request
+        self._receives: dict[int, deque[tuple[MPI.Request, np.ndarray]]] = defaultdict(deque)  # by source
+        self._assembling: dict[int, _Assembly] = {}  # by source
+
+    @property
+    def sends_in_flight(self) -> int:
+        """Posted messages (chunks) not yet sent."""
+        return len(self._sends)
+
+    @property
+    def receiving(self) -> bool:
+        """Whether a message is partly taken in: a receive in flight, or chunks still to come."""
+        return bool(self._assembling) or any(self._receives.values())
+
+    def post(self, dst: int, header: bytes, payload: bytes) -> None:
+        """Send `header` and `payload` to rank `dst` without blocking; `poll` progresses it."""
+        body = np.frombuffer(payload, dtype=np.uint8)
+        first_payload_bytes = self.max_message_bytes - FRAME.size - len(header)
+        if first_payload_bytes < 0:
+            raise ValueError(
+                f"a {len(header)}-byte header does not fit one {self.max_message_bytes}-byte message "
+                f"with its {FRAME.size}-byte frame; raise max_message_bytes"
+            )
+        frame = FRAME.pack(len(body), len(header))
+        self._isend(dst, np.frombuffer(b"".join((frame, header, body[:first_payload_bytes])), dtype=np.uint8))
+        for start in range(first_payload_bytes, len(body), self.max_message_bytes):
+            self._isend(dst, body[start : start + self.max_message_bytes])  # a view: no copy of big payloads
+
+    def poll(self) -> bool:
+        """Advance every transfer without blocking and deliver what completed; True if anything progressed."""
+        progressed = self._probe()
+        for source, queue in self._receives.items():
+            # only the oldest receive of a source may be taken: chunks are assembled in the order sent
+            while queue and queue[0][0].Test():
+                self._take(source, queue.popleft()[1])
+                progressed = True
+        if self._sends:
+            sent = MPI.Request.Testsome([request for request, _ in self._sends])
+            if sent:
+                done = set(sent)
+                self._sends = [send for index, send in enumerate(self._sends) if index not in done]
+                progressed = True
+        return progressed
+
+    def wait(self, done: Callable[[], bool], stall_report: Callable[[], str]) -> None:
+        """Poll until `done()`; after `timeout_s` without progress raise ExchangeError(stall_report())."""
+        last_progress_s = time.monotonic()
+        while not done():
+            if self.poll():
+                last_progress_s = time.monotonic()
+            elif time.monotonic() - last_progress_s > self.timeout_s:
+                raise ExchangeError(stall_report())
+            else:
+                time.sleep(POLL_INTERVAL_S)
+
+    def drain(self, barrier: bool, stall_report: Callable[[], str]) -> None:
+        """Finish this rank's posted sends, delivering whatever arrives meanwhile.
+
+        With `barrier`, also keep receiving until every rank's posted sends are done: what an
+        early stop needs, since a posted message must be received before MPI can shut down.
+        Each rank enters a non-blocking barrier once its own sends are done.
+        """
+        entered: MPI.Request | None = None
+
+        def finished() -> bool:
+            nonlocal entered
+            if self._sends:
+                return False
+            if not barrier:
+                return True
+            if entered is None:
+                entered = self.comm.Ibarrier()
+            return entered.Test() and not self.receiving
+
+        self.wait(finished, stall_report)
+
+    def close(self) -> None:
+        self.comm.Free()
+
+    # -- internals -----------------------------------------------------------------------
+
+    def _isend(self, dst: int, buffer: np.ndarray) -> None:
+        self._sends.append((self.comm.Isend([buffer, MPI.BYTE], dest=dst, tag=self.tag), buffer))
+
+    def _probe(self) -> bool:
+        """Start a receive, sized by its probe, for every message that has arrived; True if any had."""
+        status, found = MPI.Status(), False
+        while (message := self.comm.Improbe(MPI.ANY_SOURCE, self.tag, status)) is not None:
+            buffer = np.empty(status.Get_count(MPI.BYTE), dtype=np.uint8)
+            self._receives[status.Get_source()].append((message.Irecv([buffer, MPI.BYTE]), buffer))
+            found = True
+        return found
+
+    def _take(self, source: int, chunk: np.ndarray) -> None:
+        """Add a received chunk to its source's message; deliver the message once it is whole."""
+        assembly = self._assembling.pop(source, None)
+        if assembly is None:
+            payload_bytes, header_bytes = FRAME.unpack_from(chunk)
+            payload_start = FRAME.size + header_bytes
+            header, chunk = chunk[FRAME.size : payload_start], chunk[payload_start:]
+            if len(chunk) == payload_bytes:
+                self.deliver(source, header, chunk)  # the whole message in one: no copy
+                return
+            assembly = _Assembly(header, np.empty(payload_bytes, dtype=np.uint8), 0)
+        filled_bytes = assembly.filled_bytes + len(chunk)
+        if filled_bytes > len(assembly.payload):
+            raise ExchangeError(
+                f"rank {self.rank} got {filled_bytes} payload bytes in a message from rank {source} that "
+                f"announced {len(assembly.payload)}; the ranks frame messages differently (mixed hpcshuffle versions?)"
+            )
+        assembly.payload[assembly.filled_bytes : filled_bytes] = chunk
+        assembly.filled_bytes = filled_bytes
+        if filled_bytes == len(assembly.payload):
+            self.deliver(source, assembly.header, assembly.payload)
+        else:
+            self._assembling[source] = assembly
