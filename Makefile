@@ -23,8 +23,9 @@ demo: $(STAMP)
 	rm -rf $(DEMO)
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
 
+# -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so
 test: $(STAMP)
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs tests
 
 clean:
 	rm -rf $(VENV) results/runs results/demo data

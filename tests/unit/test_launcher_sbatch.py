@@ -3,12 +3,14 @@
 The launcher's parameters go to submitit the way hydra-submitit-launcher passes them
 (`SlurmLauncher.launch`); the script text must match tests/golden/slurm_launcher.sbatch.
 Regenerate after an intended change with `UPDATE_GOLDEN=1 pytest tests/unit/test_launcher_sbatch.py`.
+Hermetic: no Slurm is needed (see `fake_srun`).
 """
 
 from __future__ import annotations
 
 import os
 
+import pytest
 import submitit
 from hydra import compose, initialize_config_dir
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
@@ -23,6 +25,16 @@ OVERRIDES = [
     "hydra.launcher.tasks_per_node=4", "hydra.launcher.gpus_per_node=4", "hydra.launcher.partition=gpu",
     "hydra.launcher.timeout_min=360",
 ]
+
+
+@pytest.fixture(autouse=True)
+def fake_srun(tmp_path, monkeypatch):
+    """An `srun` first on PATH that fails if run: submitit's SlurmExecutor refuses to be built unless
+    `srun` is found (`SlurmExecutor.affinity`), though writing the script never runs it."""
+    srun = tmp_path / "srun"
+    srun.write_text('#!/bin/sh\necho "fake srun: this test only writes sbatch text" >&2\nexit 1\n')
+    srun.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}{os.pathsep}{os.environ['PATH']}")
 
 
 def sbatch_text(overrides: list[str]) -> str:
