@@ -16,7 +16,8 @@ import time
 
 import numpy as np
 
-from hpcshuffle.cache import POLICIES, rank_trace, simulate
+from hpcshuffle.cache import POLICIES
+from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec
 
 

@@ -14,7 +14,8 @@ import argparse
 from pathlib import Path
 
 from hpcshuffle.analysis.plots import plot_curves
-from hpcshuffle.cache import POLICIES, rank_trace, simulate
+from hpcshuffle.cache import POLICIES
+from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec
 
 

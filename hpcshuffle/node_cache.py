@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcshuffle.cache import rank_trace, simulate
+from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec
 
 NOT_CACHED = -1

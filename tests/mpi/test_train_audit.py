@@ -11,7 +11,7 @@ import json
 import numpy as np
 import pytest
 
-from hpcshuffle.cache import rank_trace, simulate
+from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from tests.conftest import SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args

@@ -11,7 +11,8 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from hpcshuffle.cache import POLICIES, Future, next_use, rank_trace, simulate
+from hpcshuffle.cache import POLICIES, Future, next_use
+from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec, plan_epochs
 
 POLICY_NAMES = sorted(POLICIES)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from hpcshuffle.cache import rank_trace, simulate
+from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
