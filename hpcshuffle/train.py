@@ -10,6 +10,7 @@ with code 75 so that the job script can requeue.
 
 from __future__ import annotations
 
+import itertools
 import os
 import sys
 import time
@@ -83,7 +84,13 @@ class Trainer:
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
         resumed = self.checkpointer.find()
         self.start_epoch, self.start_step = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
-        self.plans = plan_epochs(self.spec, config.shuffle.name, config.epochs, self.start_epoch)
+        # one replay of the plans from epoch 0: a resumed run's earlier epochs give the partition
+        # it resumes with and, on rank 0, the shuffle quality (analysis/quality.py) so far
+        self.mixing = PairMixing(self.spec.num_samples, self.workers, seed=config.seed) if world.is_root else None
+        self.plans = plan_epochs(self.spec, config.shuffle.name, config.epochs)
+        for past in itertools.islice(self.plans, self.start_epoch):
+            if self.mixing is not None:
+                self.mixing.add_epoch(past.order)
         first_plan = self.first_plan = next(self.plans)
         codec = on_all(world, lambda: get_format(config.dataset.format).codec(
             config.dataset.root, train_catalog, config.dataset.options), DatasetError, ValueError, OSError)
@@ -95,11 +102,6 @@ class Trainer:
         init_torch_distributed(world, "nccl" if device.type == "cuda" else "gloo")
         self.learner = Learner(config, world, codec, device, virtual)
         self.global_batch = config.batch_size * self.workers
-        self.mixing = None  # shuffle quality (analysis/quality.py), computed on rank 0
-        if world.is_root:
-            self.mixing = PairMixing(self.spec.num_samples, self.workers, seed=config.seed)
-            for past in plan_epochs(self.spec, config.shuffle.name, self.start_epoch):  # a resumed run's earlier epochs
-                self.mixing.add_epoch(past.order)
         self.sink = None
         if config.logger.wandb and world.is_root:
             self.sink = WandbSink(run_dir, config.logger.project, dict(asdict(config), workers=world.size))
