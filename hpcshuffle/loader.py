@@ -214,25 +214,24 @@ class EpochOrder(Sampler[SampleKey]):
         self.sample_ids: Sequence[int] = ()
         self.sources: Sequence[int] | None = None
         self.borrow: Callable[[int], list[tuple[int, bytes]]] | None = None
-        self.first_step = 0
-        self.batch_size = 1
+        self.steps: Sequence[int] = ()
         self.cache: tuple[list[int], list[int]] | None = None
 
     def set_order(
         self, sample_ids: np.ndarray, epoch: int = 0, sources: np.ndarray | None = None,
-        borrow: Callable[[int], list[tuple[int, bytes]]] | None = None, first_step: int = 0, batch_size: int = 1,
+        borrow: Callable[[int], list[tuple[int, bytes]]] | None = None, steps: np.ndarray | None = None,
         cache: tuple[np.ndarray, np.ndarray] | None = None,
     ) -> None:
-        """`sample_ids` from step `first_step` on; for locality, `sources` (aligned with them) and
-        `borrow`; for a planned cache, `cache` = (read_from, write_as) aligned with them."""
+        """`sample_ids` in training order; for locality, `sources` and `steps` (each position's step,
+        `PlanSpec.step_of`) aligned with them, and `borrow`; for a planned cache, `cache` =
+        (read_from, write_as) aligned with them."""
         if (sources is None) != (borrow is None):
             raise ValueError("locality-aware loading needs both the sources of the samples and a way to borrow")
         self.epoch = epoch
         self.sample_ids = sample_ids.tolist()
         self.sources = None if sources is None else sources.tolist()
         self.borrow = borrow
-        self.first_step = first_step
-        self.batch_size = batch_size
+        self.steps = () if steps is None else steps.tolist()
         self.cache = None if cache is None else (cache[0].tolist(), cache[1].tolist())
 
     def __iter__(self) -> Iterator[SampleKey]:
@@ -246,11 +245,10 @@ class EpochOrder(Sampler[SampleKey]):
     def _locality_keys(self) -> Iterator[SampleKey]:
         lent: dict[int, list[bytes]] = defaultdict(list)
         borrowed_step = None
-        for position, (sample_id, source) in enumerate(zip(self.sample_ids, self.sources)):
+        for sample_id, source, step in zip(self.sample_ids, self.sources, self.steps):
             if source != FROM_LOAN:
                 yield SampleKey(self.epoch, sample_id, shared=source == FROM_SHARED)
                 continue
-            step = self.first_step + position // self.batch_size
             if step != borrowed_step:  # the step's first borrowed sample: take in all of them
                 for lent_id, data in self.borrow(step):
                     lent[lent_id].append(data)

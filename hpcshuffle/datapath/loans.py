@@ -28,7 +28,7 @@ class LoanPath(StorePath):
         self.waited_s = 0.0
         self.order.set_order(
             plan.order[rank][start:], plan.epoch, sources=self.sources[start:], borrow=self.lender.borrowed,
-            first_step=first_step, batch_size=self.spec.batch_size,
+            steps=self.spec.step_of(first_step),
         )
 
     def before_step(self, step: int, row: RankEpoch, sample_ids: list[int]) -> None:

@@ -86,6 +86,11 @@ class PlanSpec:
         start = iteration * self.batch_size
         return start, min(start + self.batch_size, self.max_share)
 
+    def step_of(self, first_step: int) -> np.ndarray:
+        """int64: the step of every position of a rank's order from step `first_step` on."""
+        steps = np.arange(first_step, self.iterations)
+        return np.repeat(steps, [stop - start for start, stop in self.steps_from(first_step)])
+
     def steps_from(self, first_step: int) -> list[tuple[int, int]]:
         """`batch_bounds` of every step from `first_step` to the epoch's end."""
         return [self.batch_bounds(step) for step in range(first_step, self.iterations)]

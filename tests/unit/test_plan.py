@@ -257,3 +257,6 @@ def test_spec_iterations_and_batch_bounds():
     assert spec.iterations == 6
     assert spec.batch_bounds(0) == (0, 5)
     assert spec.batch_bounds(5) == (25, 26)
+    assert spec.steps_from(4) == [(20, 25), (25, 26)]
+    assert spec.step_of(4).tolist() == [4] * 5 + [5]
+    assert len(spec.step_of(0)) == spec.max_share
