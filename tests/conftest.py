@@ -1,10 +1,11 @@
-"""Shared fixtures: a small synthetic dataset and a runner for real `mpiexec` jobs."""
+"""Shared fixtures: a small synthetic dataset, a runner for real `mpiexec` jobs, and finished runs."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -14,6 +15,11 @@ from hpcshuffle.formats.synthetic import synth_imagefolder
 REPO = Path(__file__).resolve().parents[1]
 # 211 is prime: no worker count divides it, so partitions always differ in size
 SMALL_SAMPLES = 211
+# what `train_args` trains unless overridden
+EPOCHS = 3
+BATCH = 8
+# for runs whose every epoch checks the same facts: one epoch boundary is crossed
+SHORT_EPOCHS = 2
 
 
 def mpi_env() -> dict[str, str]:
@@ -43,7 +49,7 @@ def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str) -> li
         "-m", "hpcshuffle.train",
         "dataset=imagefolder", f"dataset.root={dataset}",
         f"hydra.run.dir={run_dir}", f"storage.local_dir={store}",
-        "batch_size=8", "epochs=3", "progress=false",
+        f"batch_size={BATCH}", f"epochs={EPOCHS}", "progress=false",
         *overrides,
     ]
 
@@ -62,3 +68,25 @@ def audit_by_epoch(run_dir: Path) -> dict[int, list[dict]]:
 def small_dataset(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data") / "small"
     return synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=16, progress=False)
+
+
+@pytest.fixture(scope="session")
+def trained(small_dataset, tmp_path_factory) -> Callable[..., Path]:
+    """`trained(ranks, *overrides)`: a finished `mpiexec -n ranks` training run on the small dataset.
+
+    Returns the directory holding the run's `run/` and `store/`. Each distinct (ranks, overrides)
+    trains once per session and every test that asks for it shares it, so tests only read it:
+    several facts of one run cost one run, not one each.
+    """
+    runs: dict[tuple, Path] = {}
+
+    def run(ranks: int, *overrides: str) -> Path:
+        key = (ranks, *overrides)
+        if key not in runs:
+            root = tmp_path_factory.mktemp("trained")
+            result = run_mpi(ranks, train_args(small_dataset, root / "run", root / "store", *overrides))
+            assert result.returncode == 0, result.stderr[-3000:]
+            runs[key] = root
+        return runs[key]
+
+    return run

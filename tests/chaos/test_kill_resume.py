@@ -1,8 +1,9 @@
 """A rank SIGKILLed anywhere in an epoch, then the job restarted: nothing lost, training continues.
 
-Each case kills one rank of a 4-rank PLS run during epoch 2 (HPCSHUFFLE_CHAOS_KILL, see
-hpcshuffle/chaos.py), checks that every sample is still in some store, restarts the same
-command, and compares the audit and the loss curve with an uninterrupted run's.
+Each case kills one rank of a 4-rank PLS run during epoch 1 (HPCSHUFFLE_CHAOS_KILL, see
+hpcshuffle/chaos.py), after one exchange has changed the partition, checks that every sample is
+still in some store, restarts the same command, and compares the audit and the loss curve with
+an uninterrupted run's (the shared `trained` run that tests/mpi/test_train_audit.py also checks).
 """
 
 from __future__ import annotations
@@ -22,35 +23,32 @@ from hpcshuffle.chaos import ENV
 from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from tests.conftest import REPO, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, train_args
+from tests.conftest import BATCH, EPOCHS, REPO, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, train_args
 
 pytestmark = pytest.mark.chaos
-RANKS, EPOCHS, KILL_EPOCH, Q, BATCH = 4, 4, 2, 0.5, 8
+RANKS, KILL_EPOCH, Q = 4, 1, 0.5
+PLS = ("shuffle=partial", f"shuffle.q={Q}", "audit=true")
 SPEC = PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0)
 PLANS = list(plan_epochs(SPEC, "partial", EPOCHS))
-# random but fixed, so that a failure names a kill point that reproduces it
+# random but fixed, so that a failure names a kill point that reproduces it; two points inside
+# the exchange's iterations take the same recovery path as more would
 _draw = random.Random(2026)
 KILLS = [
-    (rank, f"iteration-{i}") for rank, i in _draw.sample([(r, i) for r in range(RANKS) for i in range(SPEC.iterations)], 5)
+    (rank, f"iteration-{i}") for rank, i in _draw.sample([(r, i) for r in range(RANKS) for i in range(SPEC.iterations)], 2)
 ] + [
     (_draw.randrange(RANKS), point) for point in ("before_barrier", "mid_clean", "before_checkpoint")
 ]
 
 
 def pls_args(dataset, tmp_path, *extra: str) -> list[str]:
-    return train_args(
-        dataset, tmp_path / "run", tmp_path / "store",
-        "shuffle=partial", f"shuffle.q={Q}", f"epochs={EPOCHS}", f"batch_size={BATCH}", "audit=true", *extra,
-    )
+    return train_args(dataset, tmp_path / "run", tmp_path / "store", *PLS, *extra)
 
 
 @pytest.fixture(scope="module")
-def reference(small_dataset, tmp_path_factory) -> dict:
+def reference(trained) -> dict:
     """The uninterrupted run: its audit and its losses."""
-    tmp_path = tmp_path_factory.mktemp("reference")
-    result = run_mpi(RANKS, pls_args(small_dataset, tmp_path))
-    assert result.returncode == 0, result.stderr[-3000:]
-    return {"audit": audit_by_epoch(tmp_path / "run"), "metrics": read_jsonl(tmp_path / "run" / "metrics.jsonl")}
+    run_dir = trained(RANKS, *PLS) / "run"
+    return {"audit": audit_by_epoch(run_dir), "metrics": read_jsonl(run_dir / "metrics.jsonl")}
 
 
 def files_on_disk(store_root) -> list[set[int]]:
@@ -83,7 +81,7 @@ def assert_stores_hold_the_final_partition(store_root) -> None:
 
 
 @pytest.mark.parametrize(("rank", "point"), KILLS, ids=[f"rank{r}-{p}" for r, p in KILLS])
-def test_sigkill_in_epoch_2_then_restart(small_dataset, tmp_path, reference, rank, point):
+def test_sigkill_inside_an_epoch_then_restart(small_dataset, tmp_path, reference, rank, point):
     args = pls_args(small_dataset, tmp_path)
     killed = run_mpi(RANKS, args, env={ENV: f"{rank}:{KILL_EPOCH}:{point}"})
     assert killed.returncode != 0, "the chaos kill did not happen"
@@ -97,7 +95,7 @@ def test_sigkill_in_epoch_2_then_restart(small_dataset, tmp_path, reference, ran
     # still hold every sample (the crashed rank's uncommitted files included)
     resumed = run_mpi(RANKS, [*args, "storage.stage=false"])
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    # every kill point precedes the checkpoint written at epoch 2's end
+    # every kill point precedes the checkpoint written at the kill epoch's end
     assert f"resume: {tmp_path / 'run' / 'checkpoint.pt'} at epoch {KILL_EPOCH}, step 0" in resumed.stdout
     assert_continues_like_reference(tmp_path / "run", reference)
     assert_stores_hold_the_final_partition(tmp_path / "store")
@@ -169,7 +167,7 @@ def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_d
 
 
 def test_resume_on_fewer_ranks_replans_and_restages_the_difference(small_dataset, tmp_path):
-    first = run_mpi(RANKS, pls_args(small_dataset, tmp_path, "epochs=2"))
+    first = run_mpi(RANKS, pls_args(small_dataset, tmp_path, f"epochs={KILL_EPOCH}"))
     assert first.returncode == 0, first.stderr[-3000:]
     resumed = run_mpi(3, pls_args(small_dataset, tmp_path))
     assert resumed.returncode == 0, resumed.stderr[-3000:]
@@ -180,8 +178,8 @@ def test_resume_on_fewer_ranks_replans_and_restages_the_difference(small_dataset
     plans = list(plan_epochs(PlanSpec(SMALL_SAMPLES, 3, BATCH, Q, 0), "partial", EPOCHS))
     audit = audit_by_epoch(tmp_path / "run")
     assert sorted(audit) == list(range(EPOCHS))
-    assert [len(audit[epoch]) for epoch in range(EPOCHS)] == [4, 4, 3, 3]
-    for epoch in (2, 3):
+    assert [len(audit[epoch]) for epoch in range(EPOCHS)] == [4] * KILL_EPOCH + [3] * (EPOCHS - KILL_EPOCH)
+    for epoch in range(KILL_EPOCH, EPOCHS):
         for row, planned in zip(audit[epoch], plans[epoch].held):
             assert row["held"] == planned.tolist()
         assert sorted(i for row in audit[epoch] for i in row["held"]) == list(range(SMALL_SAMPLES))

@@ -16,7 +16,7 @@ from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, initial_partition, plan_epochs
 from hpcshuffle.store import Store, rank_dir
-from tests.conftest import REPO, mpi_env, run_mpi, train_args
+from tests.conftest import REPO, SHORT_EPOCHS, mpi_env, run_mpi, train_args
 
 pytestmark = pytest.mark.mpi
 RANKS = 2
@@ -121,7 +121,8 @@ def test_too_little_space_is_named_on_every_rank(small_dataset, tmp_path):
 
 
 def test_training_without_staging_refuses_an_unstaged_store(small_dataset, tmp_path):
-    args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", "storage.stage=false", "shuffle=local")
+    args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", "storage.stage=false", "shuffle=local",
+                      "epochs=1")
     result = run_mpi(RANKS, args)
     assert result.returncode != 0
     assert "is not staged for this run" in result.stderr and "hpcshuffle stage" in result.stderr
@@ -134,7 +135,8 @@ def test_training_without_staging_refuses_an_unstaged_store(small_dataset, tmp_p
 def test_global_shuffling_from_a_node_replica_reads_no_shared_storage(small_dataset, tmp_path):
     """storage.replica=true: the node holds each sample once, split over its ranks; GS reads it there."""
     run_dir, store = tmp_path / "run", tmp_path / "store"
-    args = train_args(small_dataset, run_dir, store, "shuffle=global", "storage.replica=true", "audit=true")
+    args = train_args(small_dataset, run_dir, store, "shuffle=global", "storage.replica=true", "audit=true",
+                      f"epochs={SHORT_EPOCHS}")
     result = run_mpi(RANKS, args)
     assert result.returncode == 0, result.stderr[-3000:]
     held = []
@@ -143,8 +145,11 @@ def test_global_shuffling_from_a_node_replica_reads_no_shared_storage(small_data
             held += sorted(replica.ids())
             assert all(i % RANKS == rank for i in replica.ids())
     assert sorted(held) == list(range(211))
-    plans = list(plan_epochs(PlanSpec(211, RANKS, 8, 1.0, 0), "global", 3))
+    plans = list(plan_epochs(PlanSpec(211, RANKS, 8, 1.0, 0), "global", SHORT_EPOCHS))
     audit = read_jsonl(run_dir / "audit.jsonl")
+    assert sorted((row["epoch"], row["rank"]) for row in audit) == [
+        (epoch, rank) for epoch in range(SHORT_EPOCHS) for rank in range(RANKS)
+    ]
     for row in audit:
         assert row["trained"] == plans[row["epoch"]].order[row["rank"]].tolist()
     for record in read_jsonl(run_dir / "metrics.jsonl"):
