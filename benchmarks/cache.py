@@ -2,7 +2,7 @@
 
 The trace is what one rank reads from shared storage under global shuffling: the concatenation
 over epochs of `plan.order[rank]` of a GS plan (N samples, M ranks, batch b, seed). Each policy
-runs a cache of `cache-fraction`·⌈N/M⌉ samples over the whole trace (`hpcshuffle.cache.simulate`);
+runs a cache of `cache-fraction`·⌈N/M⌉ samples over the whole trace (`hpcshuffle.cache_sim.simulate`);
 a hit is a read served without shared storage. Prints a table (hits, hit ratio over the run and
 in the last epoch, seconds to simulate) and, last, `reuse-distance/LRU hit ratio: X`.
 

@@ -1,9 +1,9 @@
-"""The planned cache on node-local disk: cache.py's decisions, replayed while training.
+"""The planned cache on node-local disk: the decisions cache_sim.py plans, replayed while training.
 
 Under global shuffling a rank reads every sample it trains on from shared storage. With
 `cache.policy` set it keeps up to `cache.samples` of them in a directory on its node-local
 disk. The rank's whole read sequence follows from the plan, so the policy runs once, offline,
-when training starts (`cache.simulate` over the trace from the resume point on, from an empty
+when training starts (`cache_sim.simulate` over the trace from the resume point on, from an empty
 cache), and the loader replays its decisions:
 
 - a planned hit reads the cached copy instead of shared storage;
