@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import sys
 from dataclasses import dataclass, field, fields
+from pathlib import PurePath
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
@@ -133,8 +134,18 @@ def build(typed_class, settings: dict, group: str):
 
 
 def resolved_yaml(cfg: DictConfig) -> str:
-    """The run's config as YAML, every interpolation resolved (what ranks must agree on)."""
-    return OmegaConf.to_yaml(cfg, resolve=True, sort_keys=True)
+    """The run's config as YAML, every interpolation resolved (what ranks must agree on). Paths
+    (the schemas type them) are written as strings, so any YAML reader takes the file back."""
+    return OmegaConf.to_yaml(OmegaConf.create(plain(OmegaConf.to_container(cfg, resolve=True))), sort_keys=True)
+
+
+def plain(value):
+    """`value` with every path turned into its string, in nested dicts and lists."""
+    if isinstance(value, dict):
+        return {key: plain(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [plain(item) for item in value]
+    return str(value) if isinstance(value, PurePath) else value
 
 
 __all__ = [

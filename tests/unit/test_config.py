@@ -25,6 +25,18 @@ def test_default_is_the_cpu_demo():
     assert (config.model.name, config.dataset.format, config.optim.name, config.device) == ("small_cnn", "imagefolder", "sgd", "cpu")
 
 
+def test_the_resolved_config_reads_back_with_a_safe_yaml_loader():
+    import yaml
+
+    from hpcshuffle.config import resolved_yaml
+
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        text = resolved_yaml(compose(config_name="config", overrides=["dataset.root=/data/x"]))
+    settings = yaml.safe_load(text)  # report and tune-q read a run's config.yaml this way
+    assert settings["dataset"]["root"] == "/data/x"
+    assert isinstance(settings["storage"]["local_dir"], str)
+
+
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes(experiment):
     weights = ["model.weights=/w.pt"] if experiment == "cars_resnet50" else []  # fine-tuning needs them
