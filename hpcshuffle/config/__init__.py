@@ -21,7 +21,7 @@ from hpcshuffle.config.groups import (
 )
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.optim import OptimConfig
-from hpcshuffle.plan import HOME_SHARED, STRATEGIES
+from hpcshuffle.plan import HOME_SHARED, STRATEGIES, Strategy
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -71,7 +71,7 @@ class RunConfig:
         self._check_virtual()
 
     @property
-    def strategy(self):
+    def strategy(self) -> Strategy:
         return self.shuffle.strategy
 
     def _check_shared_storage_options(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from hpcshuffle.cache import POLICIES
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
-from hpcshuffle.plan import STRATEGIES, get_strategy
+from hpcshuffle.plan import STRATEGIES, Strategy, get_strategy
 
 
 def at_least(group: str, **values: int | float) -> None:
@@ -61,7 +61,7 @@ class ShuffleConfig:
             raise ConfigError("shuffle.virtual_chunk only applies with shuffle.virtual_workers=M; set both or neither")
 
     @property
-    def strategy(self):
+    def strategy(self) -> Strategy:
         return get_strategy(self.name)
 
 

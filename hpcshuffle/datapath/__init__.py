@@ -3,9 +3,10 @@
 The training loop knows one interface and no strategy::
 
     path.start_epoch(plan, first_step, row)   # check the store against the plan, set the order
+    batches = path.batches()
     for step in ...:
-        batch = next(path.batches)            # the loop times this as `io`
-        path.before_step(step, row, batch_ids)  # post this step's transfers: they overlap FW/BW
+        batch = next(batches)                 # the loop times this as `io`
+        path.before_step(step, row, batch_ids)  # count it; post this step's transfers (they overlap FW/BW)
         ... forward / backward / allreduce ...
     path.end_epoch(stopped, row)              # finish the epoch's transfers (or abandon them)
 
