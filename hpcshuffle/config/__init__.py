@@ -17,7 +17,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from hpcshuffle.config.groups import (
     CacheConfig, CheckpointConfig, DatasetConfig, ExchangeConfig, LoaderConfig, LoggerConfig, LossConfig,
-    ModelConfig, ShuffleConfig, StorageConfig,
+    ModelConfig, ShuffleConfig, StorageConfig, at_least,
 )
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.optim import OptimConfig
@@ -60,9 +60,7 @@ class RunConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        for name in ("epochs", "batch_size", "threads"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be >= 1, got {getattr(self, name)}")
+        at_least("", epochs=self.epochs, batch_size=self.batch_size, threads=self.threads)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.precision not in PRECISIONS:

@@ -18,11 +18,11 @@ from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.plan import STRATEGIES, Strategy, get_strategy
 
 
-def at_least(group: str, **values: int | float) -> None:
-    """Fail naming `group.name` for the first value below 1."""
+def at_least(prefix: str, **values: int | float) -> None:
+    """Fail naming `<prefix><name>` (e.g. "storage." + "threads") for the first value below 1."""
     for name, value in values.items():
         if value < 1:
-            raise ConfigError(f"{group}.{name} must be >= 1, got {value}")
+            raise ConfigError(f"{prefix}{name} must be >= 1, got {value}")
 
 
 @dataclass
@@ -108,7 +108,7 @@ class StorageConfig:
 
     def __post_init__(self) -> None:
         self.local_dir = Path(self.local_dir)
-        at_least("storage", threads=self.threads)
+        at_least("storage.", threads=self.threads)
         if self.max_gib is not None and self.max_gib <= 0:
             raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_gib:g}")
 
