@@ -2,7 +2,8 @@
 
 Phases follow Fig. 10 of Nguyen et al.: `io` (waiting for the next batch), `exchange` (sample
 exchange calls outside overlap, plus the final synchronize), `fwbw` (forward + backward),
-`allreduce` (gradient allreduce + weight update) and the whole `epoch`.
+`allreduce` (gradient allreduce + weight update) and the whole `epoch`. Accelerator utilisation
+(`util`) is DLIO's: compute time (fwbw + allreduce) over the epoch's wall time.
 """
 
 from __future__ import annotations
@@ -45,18 +46,37 @@ class RankEpoch:
             self.seconds[name] += time.perf_counter() - start
 
 
+def utilisation(seconds: dict[str, float]) -> float:
+    """Accelerator utilisation as DLIO defines it: compute (fwbw + allreduce) over the epoch's wall time, a
+    fraction in [0, 1]; 0 for an epoch that took no time."""
+    if seconds["epoch"] <= 0:
+        return 0.0
+    return min((seconds["fwbw"] + seconds["allreduce"]) / seconds["epoch"], 1.0)
+
+
+def record_util(record: dict) -> float:
+    """The epoch's utilisation, mean over ranks; records written before `util` existed get the
+    utilisation of the mean phase times instead."""
+    if "util" in record:
+        return record["util"]["mean"]
+    return utilisation({phase: stats["mean"] for phase, stats in record["time"].items()})
+
+
+def _spread(values: list[float]) -> dict[str, float]:
+    return {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
+
+
 def reduce_epoch(rows: list[RankEpoch], step_loss: bool = False) -> dict:
-    """min / mean / max over ranks of every phase, and counters summed over ranks; with `step_loss`,
-    each step's loss averaged over the ranks that trained on something at that step."""
-    time_stats = {}
-    for phase in PHASES:
-        values = [row.seconds[phase] for row in rows]
-        time_stats[phase] = {"min": min(values), "mean": sum(values) / len(values), "max": max(values)}
+    """min / mean / max over ranks of every phase and of the utilisation, and counters summed over
+    ranks; with `step_loss`, each step's loss averaged over the ranks that trained on something at
+    that step."""
+    time_stats = {phase: _spread([row.seconds[phase] for row in rows]) for phase in PHASES}
     samples = {name: sum(row.samples[name] for row in rows) for name in COUNTERS}
     samples["store_peak_rank_max"] = max(row.samples["store_peak"] for row in rows)
     iterations = sum(row.iterations for row in rows)
     reduced = {
         "time": time_stats,
+        "util": _spread([utilisation(row.seconds) for row in rows]),
         "samples": samples,
         "train_loss": sum(row.loss_sum for row in rows) / max(iterations, 1),
     }
@@ -107,7 +127,7 @@ def drop_epochs_from(path: Path, epoch: int) -> int:
 
 
 TABLE_HEADER = (
-    f"{'epoch':>5} {'io':>8} {'exchange':>9} {'fwbw':>8} {'allreduce':>9} {'epoch_s':>8} "
+    f"{'epoch':>5} {'io':>8} {'exchange':>9} {'fwbw':>8} {'allreduce':>9} {'epoch_s':>8} {'util':>5} "
     f"{'loss':>7} {'val':>8} {'sent':>7} {'recv':>7} {'shared':>7}"
 )
 
@@ -118,18 +138,18 @@ def validation_score(record: dict) -> float:
 
 
 def table_row(record: dict) -> str:
-    """One line of the per-epoch breakdown (mean over ranks; epoch time is the slowest rank's)."""
+    """One line of the per-epoch breakdown (mean over ranks; epoch time is the slowest rank's; util in %)."""
     seconds = record["time"]
     samples = record["samples"]
     return (
         f"{record['epoch']:>5} {seconds['io']['mean']:>8.2f} {seconds['exchange']['mean']:>9.2f} "
         f"{seconds['fwbw']['mean']:>8.2f} {seconds['allreduce']['mean']:>9.2f} "
-        f"{seconds['epoch']['max']:>8.2f} {record['train_loss']:>7.3f} {validation_score(record):>8.2f} "
-        f"{samples['sent']:>7} {samples['received']:>7} {samples['read_shared']:>7}"
+        f"{seconds['epoch']['max']:>8.2f} {record_util(record):>5.0%} {record['train_loss']:>7.3f} "
+        f"{validation_score(record):>8.2f} {samples['sent']:>7} {samples['received']:>7} {samples['read_shared']:>7}"
     )
 
 
 __all__ = [
-    "COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "drop_epochs_from", "read_jsonl", "reduce_epoch", "table_row",
-    "validation_score",
+    "COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "drop_epochs_from", "read_jsonl", "record_util", "reduce_epoch",
+    "table_row", "utilisation", "validation_score",
 ]

@@ -85,7 +85,8 @@ def plot_model(params: ModelParams, predictions: list[EpochPrediction], path: Pa
 
 def plot_breakdown(means: dict[str, dict[str, float]], path: Path) -> None:
     """One stacked bar per run (label → steady_means) of the seconds per epoch in each phase, mean over
-    ranks, with the slowest rank's epoch time marked (Fig. 10)."""
+    ranks, with the slowest rank's epoch time marked (Fig. 10) and the accelerator utilisation (mean over
+    ranks) written above the bar."""
     labels = list(means)
     positions = range(len(labels))
     figure = new_figure(max(6.0, 3.5 + 0.8 * len(labels)), 4.0)
@@ -97,6 +98,10 @@ def plot_breakdown(means: dict[str, dict[str, float]], path: Path) -> None:
         bottoms = [bottom + height for bottom, height in zip(bottoms, heights)]
     axes.scatter(positions, [means[label]["epoch"] for label in labels], marker="_", s=400, color="black",
                  label="epoch (slowest rank)")
+    for position, bottom, label in zip(positions, bottoms, labels):
+        axes.annotate(f"util {means[label]['util']:.0%}", (position, max(bottom, means[label]["epoch"])),
+                      xytext=(0, 4), textcoords="offset points", ha="center", va="bottom", fontsize="small")
+    axes.margins(y=0.15)  # room above the tallest bar for its label
     crowded = len(labels) > 4
     axes.set_xticks(positions, labels, rotation=30 if crowded else 0, ha="right" if crowded else "center")
     axes.set_ylabel("seconds per epoch (mean over ranks)")

@@ -11,14 +11,16 @@ from pathlib import Path
 
 import yaml
 
-from hpcshuffle.metrics import PHASES, read_jsonl, validation_score
+from hpcshuffle.metrics import PHASES, read_jsonl, record_util, validation_score
 from hpcshuffle.plan import run_label as strategy_label, with_role
 
 
-def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
-    """Per-epoch means of the phase times (epoch: slowest rank; others: mean over ranks) and of the
-    samples sent and read from shared storage; the first epoch is left out when there are several
-    and `skip_first` is set, since it pays start-up costs."""
+def steady_means(records: list[dict], skip_first: bool) -> dict[str, float | None]:
+    """Per-epoch means of the phase times (epoch: slowest rank; others: mean over ranks), of the
+    samples sent and read from shared storage, and of the utilisation (`util`: mean over ranks;
+    `util_min` / `util_max`: the least and most utilised rank's, None for runs written before `util`);
+    the first epoch is left out when there are several and `skip_first` is set, since it pays
+    start-up costs."""
     steady = records[1:] if skip_first and len(records) > 1 else records
     means = {}
     for phase in PHASES:
@@ -26,6 +28,10 @@ def steady_means(records: list[dict], skip_first: bool) -> dict[str, float]:
         means[phase] = sum(r["time"][phase][stat] for r in steady) / len(steady)
     for counter in ("sent", "read_shared"):
         means[counter] = sum(r["samples"][counter] for r in steady) / len(steady)
+    means["util"] = sum(record_util(r) for r in steady) / len(steady)
+    known = all("util" in r for r in steady)
+    for stat in ("min", "max"):
+        means[f"util_{stat}"] = sum(r["util"][stat] for r in steady) / len(steady) if known else None
     return means
 
 
@@ -55,18 +61,26 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
     baseline = [r["epoch"] for r in rows if r["shuffle"] == with_role("baseline").name]
     lines = [
         "seconds per epoch, mean over ranks (epoch: slowest rank), "
-        + ("epochs after the first" if skip_first else "all epochs"),
+        + ("epochs after the first" if skip_first else "all epochs")
+        + "; util: (fwbw + allreduce) / epoch, mean over ranks (ranks: least-most utilised rank)",
         f"{'shuffle':>8} {'q':>5} {'M':>3} {'io':>7} {'exchange':>8} {'fwbw':>7} {'allreduce':>9} "
-        f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val':>8}",
+        f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val':>8} {'util':>5} {'ranks':>8}",
     ]
     for r in rows:
         ratio = f"{r['epoch'] / baseline[0]:.2f}" if baseline else "-"
         lines.append(
             f"{r['shuffle']:>8} {r['q']:>5.2f} {r['workers']:>3} {r['io']:>7.2f} {r['exchange']:>8.2f} "
             f"{r['fwbw']:>7.2f} {r['allreduce']:>9.2f} {r['epoch']:>7.2f} {ratio:>6} {r['sent']:>7.0f} "
-            f"{r['read_shared']:>7.0f} {r['val']:>8.2f}"
+            f"{r['read_shared']:>7.0f} {r['val']:>8.2f} {r['util']:>5.0%} {util_range(r):>8}"
         )
     return "\n".join(lines)
+
+
+def util_range(means: dict) -> str:
+    """'55-70%': the least and most utilised rank's utilisation; '-' for runs written before `util`."""
+    if means["util_min"] is None:
+        return "-"
+    return f"{means['util_min'] * 100:.0f}-{means['util_max']:.0%}"
 
 
 # -- curves per epoch (Fig. 5) and the figures -------------------------------------------------
@@ -175,7 +189,7 @@ def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -
 SUMMARY_COLUMNS = (
     "run", "shuffle", "q", "workers", "batch_size", "model", "dataset", "seed",
     "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score",
-    "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "sent_per_epoch", "read_shared_per_epoch",
+    "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "util", "sent_per_epoch", "read_shared_per_epoch",
 )
 
 
@@ -218,6 +232,7 @@ def run_row(run_dir: Path, name: str) -> dict:
     means = steady_means(records, skip_first=True) if records else {}
     for phase in PHASES:
         row[f"{phase}_s"] = means.get(phase)
+    row["util"] = means.get("util")
     row["sent_per_epoch"] = means.get("sent")
     row["read_shared_per_epoch"] = means.get("read_shared")
     return row

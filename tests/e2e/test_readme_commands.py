@@ -28,7 +28,7 @@ def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
     result = subprocess.run(["make", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = result.stdout.split("== breakdown (make demo) ==")[1]
-    rows = {line.split()[0]: line.split() for line in table.splitlines()[3:] if len(line.split()) == 12}
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[3:] if len(line.split()) == 14}
     assert set(rows) == {"global", "local", "partial"}
     assert rows["local"][8] == "1.00"  # the "vs LS" column of LS itself
     runs = {name: read_jsonl(REPO / "results" / "demo" / name / "metrics.jsonl") for name in rows}

@@ -1,14 +1,16 @@
 """`hpcshuffle report`'s curves per epoch (Fig. 5 style) and its --plot figures, on hand-written
-metrics.jsonl files: validation score and shuffle quality tables, run labels, PNGs, errors."""
+metrics.jsonl files: validation score and shuffle quality tables, run labels, PNGs, errors; and the
+breakdown's accelerator utilisation."""
 
 from __future__ import annotations
 
+import csv
 import json
 from pathlib import Path
 
 import pytest
 
-from hpcshuffle.analysis.report import curve_tables, load_runs
+from hpcshuffle.analysis.report import breakdown_table, collect, curve_tables, load_runs, write_summary_csv
 from hpcshuffle.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -121,3 +123,23 @@ def test_report_plot_into_a_file_fails_before_printing(runs, tmp_path, capsys):
     assert captured.out == ""
     assert f"cannot create {tmp_path / 'taken'}" in captured.err
     assert "pass --plot with a writable directory" in captured.err
+
+
+def test_breakdown_shows_utilisation_with_its_rank_range_and_runs_without_util_still_work(runs, tmp_path):
+    # epochs after the first: mean util 60 % and 70 %, the least utilised rank 50 % and 60 %, the most 80 %
+    utils = [{"min": 0.1, "mean": 0.2, "max": 0.3}, {"min": 0.5, "mean": 0.6, "max": 0.8},
+             {"min": 0.6, "mean": 0.7, "max": 0.8}]
+    measured = write_run(tmp_path, "measured", [record(e, "partial", 0.3, 50.0, util=u) for e, u in enumerate(utils)])
+    lines = breakdown_table([runs[1], measured]).splitlines()
+    header = lines[1].split()
+    assert header[-2:] == ["util", "ranks"]
+    # written before util: (2.5 + 2.5) s of compute over the mean rank's 7.5 s epoch, no range over ranks
+    assert lines[2].split()[-2:] == ["67%", "-"]
+    assert lines[3].split()[-2:] == ["65%", "55-80%"]
+    rows = {row["run"]: row for row in collect([runs[1], measured])}
+    assert (rows["ls"]["util"], rows["measured"]["util"]) == pytest.approx((2 / 3, 0.65))
+    path = write_summary_csv(list(rows.values()), tmp_path / "summary.csv")
+    with open(path, newline="") as table:
+        assert [row["util"] for row in csv.DictReader(table)] == ["0.6667", "0.6500"]
+    main(["report", str(runs[1]), str(measured), "--plot", str(tmp_path / "figures")])
+    assert (tmp_path / "figures" / "breakdown.png").read_bytes()[:8] == PNG_MAGIC

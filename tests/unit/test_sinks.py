@@ -10,6 +10,23 @@ def test_wandb_keys_are_flat_paths():
     assert flatten(record) == {"epoch": 1, "time/io/mean": 0.5, "samples/sent": 3}
 
 
+def test_wandb_sink_logs_utilisation_min_mean_max(tmp_path, monkeypatch):
+    import wandb
+
+    from hpcshuffle.sinks import WandbSink
+
+    logged = []
+
+    class FakeRun:
+        def log(self, values, step):
+            logged.append((step, values))
+
+    monkeypatch.setattr(wandb, "init", lambda **kwargs: FakeRun())
+    sink = WandbSink(tmp_path, "hpcshuffle", {})
+    sink.log({"epoch": 2, "util": {"min": 0.25, "mean": 0.5, "max": 0.75}})
+    assert logged == [(2, {"epoch": 2, "util/min": 0.25, "util/mean": 0.5, "util/max": 0.75})]
+
+
 def test_wandb_sink_writes_offline_and_never_fails_a_run(tmp_path, monkeypatch, capsys):
 
     import wandb

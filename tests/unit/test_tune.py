@@ -102,7 +102,7 @@ def test_collect_row(tmp_path):
         "model": "resnet50", "dataset": "imagefolder", "seed": 7, "epochs_done": 3, "epochs_planned": 3,
         "complete": True, "score_name": "val_top1", "final_score": 79.5, "best_score": 79.5,
         "epoch_s": 12.0, "io_s": 6.0, "exchange_s": 6.0, "fwbw_s": 6.0, "allreduce_s": 6.0,  # epoch 0 left out
-        "sent_per_epoch": 300.0, "read_shared_per_epoch": 0.0,
+        "util": 1.0, "sent_per_epoch": 300.0, "read_shared_per_epoch": 0.0,
     })
 
 
@@ -330,7 +330,7 @@ def test_report_takes_a_directory_of_runs_and_writes_csv(sweep, tmp_path, capsys
     assert captured.out == by_run + f"wrote {tmp_path / 'report.csv'} (8 runs)\n"
     assert "9-partial-q0.02 has no epochs yet; left out" in captured.err
     assert by_run.splitlines()[2].split() == [
-        "global", "1.00", "2", "10.00", "10.00", "10.00", "10.00", "20.00", "2.00", "0", "4000", "76.10",
+        "global", "1.00", "2", "10.00", "10.00", "10.00", "10.00", "20.00", "2.00", "0", "4000", "76.10", "100%", "-",
     ]
     with open(tmp_path / "report.csv", newline="") as table:
         assert len(list(csv.reader(table))) == 1 + len(SCORES)
