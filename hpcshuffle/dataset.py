@@ -1,32 +1,48 @@
 """The run's dataset: synthesized on first use when the config asks, listed once on rank 0 and
-shared with every rank (a parallel file system should not serve M directory scans)."""
+shared with every rank (a parallel file system should not serve M directory scans), its reads
+made honest as storage.shared_reads says (shared_io.py)."""
 
 from __future__ import annotations
 
 import fcntl
 import json
+from dataclasses import replace
 from pathlib import Path
 
-from hpcshuffle.config import DatasetConfig
+from hpcshuffle.config import RunConfig
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
+from hpcshuffle.shared_io import UNCACHED, check_shared_dir, mount_of, node_memory_bytes, warnings_for
 from hpcshuffle.world import World, agree, on_root
 
 
-def prepare_dataset(world: World, dataset: DatasetConfig, seed: int, progress: bool) -> tuple[Catalog, Catalog]:
-    """Collective: (training catalog, validation catalog), synthesizing the dataset first if asked."""
+def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
+    """Collective: (training catalog, validation catalog), synthesizing the dataset first if asked.
+
+    With storage.shared_dir, every node checks it is mounted before anything is listed or written
+    there. Rank 0 prints what makes the run's shared reads not those of shared storage, when the
+    strategy trains from it.
+    """
+    dataset, storage = config.dataset, config.storage
+    if storage.shared_dir is not None:
+        agree(world, check_shared_dir(storage.shared_dir))
     fmt = get_format(dataset.format)
 
     def listing() -> tuple[Catalog, Catalog]:
         if dataset.synthesize is not None:
-            ensure_synthetic(dataset.format, dataset.root, dict(dataset.synthesize), seed, progress)
+            ensure_synthetic(dataset.format, dataset.root, dict(dataset.synthesize), config.seed, config.progress)
         train_split, val_split = fmt.splits
         return fmt.scan(dataset.root, train_split), fmt.scan(dataset.root, val_split)
 
     train, val = on_root(world, listing, DatasetError, ValueError, OSError)
     missing = None if dataset.root.is_dir() else f"dataset.root {dataset.root} is not readable here"
     agree(world, missing)
+    honest = {"uncached": storage.shared_reads == UNCACHED, "mount": mount_of(dataset.root).point}
+    train, val = replace(train, **honest), replace(val, **honest)
+    if world.is_root and config.strategy.trains_from_shared:
+        for note in warnings_for(train, node_memory_bytes()):
+            print(f"warning: {note}", flush=True)
     return train, val
 
 

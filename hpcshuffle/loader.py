@@ -34,6 +34,7 @@ from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.node_cache import NOT_CACHED, cache_file
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
+from hpcshuffle.shared_io import check_still_there
 from hpcshuffle.store import atomic_write, sample_path
 
 ON_ERROR = ("fail", "skip")
@@ -148,6 +149,8 @@ class Samples(Dataset):
         try:
             data = self.read(key.sample_id, key.shared)
         except (OSError, ValueError) as err:
+            if isinstance(err, OSError) and (key.shared or not self.store_roots):
+                check_still_there(self.catalog, err)  # fails the run whatever loader.on_error says
             return self.unreadable(key.sample_id, err, key.shared)
         if key.admit != NOT_CACHED:
             path = cache_file(self.cache_dir, key.sample_id, key.admit)

@@ -28,6 +28,7 @@ from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import Scheduler
 from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile
 from hpcshuffle.plan import Exchange
+from hpcshuffle.shared_io import check_still_there
 from hpcshuffle.store import Store, StoreError
 from hpcshuffle.world import World, agree
 
@@ -84,12 +85,14 @@ def stat_sources(catalog: Catalog, sample_ids: Iterable[int], threads: int) -> d
         except FileNotFoundError:
             return None
         except OSError as err:
+            check_still_there(catalog, err)
             raise DatasetError(f"cannot stat {catalog.path(sample_id)}: {err.strerror}; check its permissions") from None
 
     with ThreadPoolExecutor(threads) as pool:
         stats = dict(zip(sample_ids, pool.map(stat, sample_ids)))
     missing = [catalog.relpaths[i] for i, info in stats.items() if info is None]
     if missing:
+        check_still_there(catalog, FileNotFoundError(f"{len(missing)} files not found"))
         raise DatasetError(
             f"{len(missing)} source files disappeared from {catalog.root} since it was listed "
             f"(e.g. {missing[:3]}); is the dataset being modified?"
@@ -248,7 +251,10 @@ def execute(
         meta = replace(catalog.meta(sample_id), source_mtime_ns=source.mtime_ns)
         try:
             stored = store.add(meta, catalog.read_chunks(sample_id), durable=False)
-        except (IsADirectoryError, PermissionError) as err:
+        except OSError as err:
+            check_still_there(catalog, err)  # the file system went away, not just this file
+            if not isinstance(err, (IsADirectoryError, PermissionError)):
+                raise
             raise DatasetError(
                 f"cannot read {catalog.path(sample_id)} ({err.strerror}); fix its permissions or "
                 "remove it from the dataset"

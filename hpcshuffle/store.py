@@ -55,11 +55,19 @@ class SampleMeta:
         return [self.relpath, self.label, self.nbytes, self.checksum, self.source_mtime_ns]
 
 
-def read_chunks(path: Path) -> Iterator[bytes]:
-    """A file's bytes in pieces of at most CHUNK_BYTES, so large samples never sit whole in memory."""
+def read_chunks(path: Path, *, uncached: bool = False) -> Iterator[bytes]:
+    """A file's bytes in pieces of at most CHUNK_BYTES, so large samples never sit whole in memory.
+
+    With `uncached`, the file's pages are dropped from this node's page cache once it is read
+    (posix_fadvise DONTNEED), so the next read goes to the file system again (shared_io.py).
+    """
     with open(path, "rb") as source:
-        while chunk := source.read(CHUNK_BYTES):
-            yield chunk
+        try:
+            while chunk := source.read(CHUNK_BYTES):
+                yield chunk
+        finally:
+            if uncached:
+                os.posix_fadvise(source.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
 
 
 def checksum_of(chunks: Iterable[bytes]) -> tuple[str, int]:

@@ -41,6 +41,7 @@ from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
 from hpcshuffle.optim import learning_rate
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.shared_io import describe
 from hpcshuffle.sinks import WandbSink
 from hpcshuffle.store import StoreError
 from hpcshuffle.world import World, check_same, config_digest, discover, init_torch_distributed, on_all
@@ -71,7 +72,8 @@ class Trainer:
         torch.manual_seed(config.seed)
         virtual = virtual_workers(config, world)  # 0: the workers are this job's ranks
         self.workers = virtual or world.size
-        train_catalog, val_catalog = prepare_dataset(world, config.dataset, config.seed, config.progress)
+        train_catalog, val_catalog = prepare_dataset(world, config)
+        self.shared = describe(train_catalog)  # where GS reads, and how (metrics.jsonl)
         try:
             self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed)
         except ValueError as err:
@@ -201,7 +203,7 @@ class Trainer:
             "iterations": self.spec.iterations, "lr": row.lr,
             **scores,
             **reduce_epoch(rows, config.logger.step_loss),
-            "mixing": self.mixing.add_epoch(plan.order),
+            "mixing": self.mixing.add_epoch(plan.order), "shared": self.shared,
         }
         if self.world.size < self.workers:
             record["virtual_workers"] = True

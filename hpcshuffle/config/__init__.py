@@ -67,6 +67,7 @@ class RunConfig:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         self._check_shared_storage_options()
         self._check_virtual()
+        self._place_dataset()
 
     @property
     def strategy(self) -> Strategy:
@@ -87,6 +88,19 @@ class RunConfig:
                 f"cache.policy={self.cache.policy} caches reads from shared storage, which only {shared} "
                 f"without storage.replica makes; shuffle={self.shuffle.name} reads node-local copies already: "
                 "set cache.policy=none"
+            )
+
+    def _place_dataset(self) -> None:
+        """With storage.shared_dir, a relative dataset.root lies under it and an absolute one must."""
+        shared_dir, root = self.storage.shared_dir, self.dataset.root
+        if shared_dir is None:
+            return
+        if not root.is_absolute():
+            self.dataset.root = shared_dir / root
+        elif root != shared_dir and shared_dir not in root.parents:
+            raise ConfigError(
+                f"dataset.root {root} is not under storage.shared_dir {shared_dir}: give dataset.root relative "
+                "to the shared file system's mount, or set storage.shared_dir=null to read it where it is"
             )
 
     def _check_virtual(self) -> None:

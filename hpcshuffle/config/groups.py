@@ -16,6 +16,7 @@ from hpcshuffle.cache import POLICIES
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.plan import STRATEGIES, Strategy, get_strategy
+from hpcshuffle.shared_io import SHARED_READS, UNCACHED
 
 
 def at_least(prefix: str, **values: int | float) -> None:
@@ -92,12 +93,18 @@ class DatasetConfig:
 
 @dataclass
 class StorageConfig:
-    """`conf/storage/`: the node-local stores (README "Staging").
+    """`conf/storage/`: the node-local stores (README "Staging") and how shared storage is read
+    (README "Shared storage").
 
     Attributes:
         stage: copy what is missing or stale before training; False: fail unless staged.
         replica: global shuffling reads a full replica per node instead of shared storage.
         max_gib: cap on what this job's ranks may use per node; None: the free space.
+        shared_dir: the mount of the shared file system; a relative dataset.root lies under it,
+            and the run checks it is mounted before reading or writing there. None: dataset.root
+            as it is.
+        shared_reads: "uncached" (each shared read drops the file from the page cache) or
+            "cached" (shared_io.py).
     """
 
     local_dir: Path = Path("/tmp/hpcshuffle-store")
@@ -105,12 +112,17 @@ class StorageConfig:
     threads: int = 8
     replica: bool = False
     max_gib: Optional[float] = None
+    shared_dir: Optional[Path] = None
+    shared_reads: str = UNCACHED
 
     def __post_init__(self) -> None:
         self.local_dir = Path(self.local_dir)
+        self.shared_dir = None if self.shared_dir is None else Path(self.shared_dir)
         at_least("storage.", threads=self.threads)
         if self.max_gib is not None and self.max_gib <= 0:
             raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_gib:g}")
+        if self.shared_reads not in SHARED_READS:
+            raise ConfigError(f"storage.shared_reads must be one of {SHARED_READS}, got {self.shared_reads!r}")
 
     @property
     def max_bytes(self) -> int | None:

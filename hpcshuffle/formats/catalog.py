@@ -2,6 +2,9 @@
 
 A sample is a file (an image, an HDF5 file) or, in a `Catalog` subclass, a record inside a
 larger file (CIFAR's batches); staging and the loader only use `stat` and `read_chunks`.
+
+A catalog's reads are reads of shared storage: by default each drops the file from this node's
+page cache after reading it, so that every epoch pays what shared storage costs (shared_io.py).
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import os
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcshuffle.store import SampleMeta, read_chunks
@@ -37,12 +40,17 @@ class Catalog:
             labels live inside the files, as in DeepCAM's HDF5 samples).
         relpaths: per sample id, its path relative to `root`.
         labels: per sample id, its class index (0 when the file carries its own labels).
+        uncached: drop a file's pages from the page cache once it is read (storage.shared_reads).
+        mount: the mount point the dataset was listed on (shared_io.Mount), to tell a failed read
+            from shared storage that went away; None when not known.
     """
 
     root: Path
     classes: tuple[str, ...]
     relpaths: tuple[str, ...]
     labels: tuple[int, ...]
+    uncached: bool = field(default=True, kw_only=True)
+    mount: Path | None = field(default=None, kw_only=True)
 
     def __len__(self) -> int:
         return len(self.relpaths)
@@ -61,7 +69,7 @@ class Catalog:
 
     def read_chunks(self, sample_id: int) -> Iterator[bytes]:
         """The sample's bytes, as they are staged and exchanged (a whole file, here)."""
-        return read_chunks(self.path(sample_id))
+        return read_chunks(self.path(sample_id), uncached=self.uncached)
 
     def read_bytes(self, sample_id: int) -> bytes:
         return b"".join(self.read_chunks(sample_id))

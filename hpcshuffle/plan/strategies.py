@@ -73,6 +73,11 @@ class Strategy:
             )
         return self.fixed_q
 
+    @property
+    def trains_from_shared(self) -> bool:
+        """Its epochs read shared storage: every sample, or those no node holds."""
+        return self.home == HOME_SHARED or self.data_path == PATH_LOANS
+
     def headroom(self, spec: PlanSpec) -> float:
         """Extra node-local room per rank, as a fraction of its partition, that the epoch's moves need:
         ⌈(1+q)·N/M⌉ / ⌈N/M⌉ − 1 for a strategy that exchanges samples, 0 otherwise."""

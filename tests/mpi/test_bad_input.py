@@ -34,6 +34,8 @@ def fails_with(result, *fragments: str) -> None:
         (["shuffle=partial", "batch_size=200"], ["batch size 200 is larger than a worker's share", "⌊211/2⌋ = 105"]),
         (["shuffle=local", "storage.replica=true"], ["storage.replica=true keeps a full replica per node"]),
         (["dataset.root=/nonexistent/imagenet"], ["/nonexistent/imagenet/train not found", "hpcshuffle synth"]),
+        (["storage.shared_reads=sometimes"], ["storage.shared_reads must be one of ('uncached', 'cached')"]),
+        (["storage.shared_dir=/proc"], ["is not under storage.shared_dir /proc", "storage.shared_dir=null"]),
         (["shuffle.virtual_workers=4"], ["trains 4 workers in one process, but this job has 2", "no mpiexec -n"]),
         (["checkpoint.resume=require"], ["checkpoint.resume=require but", "holds no checkpoint.pt", "hydra.run.dir"]),
         pytest.param(
@@ -81,3 +83,13 @@ def test_a_corrupt_image_fails_naming_it_or_is_skipped_and_counted(tmp_path):
     result = run_mpi(RANKS, skipping, timeout_s=120)
     assert result.returncode == 0, result.stderr[-3000:]
     assert [record["samples"]["skipped"] for record in read_jsonl(tmp_path / "run2" / "metrics.jsonl")] == [1, 1]
+
+
+def test_a_shared_dir_that_is_not_mounted_is_named_before_anything_is_written(tmp_path):
+    bare = tmp_path / "mnt"
+    bare.mkdir()
+    args = train_args("data/synthetic", tmp_path / "run", tmp_path / "store", "shuffle=global",
+                      "dataset=synthetic", f"storage.shared_dir={bare}")
+    fails_with(run_mpi(RANKS, args, timeout_s=120), f"storage.shared_dir {bare} is not a mounted file system",
+               "bash scripts/shared_fs.sh start")
+    assert not any(bare.iterdir())  # the synthetic dataset was not written onto the bare mount point

@@ -1,0 +1,162 @@
+"""Shared storage as the run sees it: where the dataset is mounted, reads that measure it, and
+the warnings a run owes its user when its shared reads are really memory reads.
+
+Global shuffling's cost is reading every sample from the parallel file system every epoch. On
+one node the kernel keeps what an epoch read in its page cache and the next epoch reads memory,
+so a run would report global shuffling as cheap as local shuffling (DLIO calls this "potential
+caching"). `storage.shared_reads`:
+
+- `uncached` (default): every read of shared storage drops the file's pages once it is read
+  (posix_fadvise DONTNEED, store.read_chunks), so each epoch goes back to the file system. The
+  file system's own client caches are the mount's business (scripts/shared_fs.sh turns
+  GlusterFS's off).
+- `cached`: the page cache is left alone, as a plain read would; the run warns when the
+  dataset fits in the node's memory.
+
+`storage.shared_dir` names the mount of the shared file system; a run checks that it is mounted
+before it writes or lists anything there, and a read that fails because the file system went
+away mid-run raises `SharedStorageError` naming it, instead of blaming the sample.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from hpcshuffle.formats.catalog import Catalog, DatasetError
+
+UNCACHED, CACHED = "uncached", "cached"
+SHARED_READS = (UNCACHED, CACHED)
+# file systems whose files live on other machines: reading them is reading shared storage
+NETWORK_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "9p", "fuse.glusterfs",
+                 "fuse.sshfs", "fuse.ceph", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse")
+MEMORY_TYPES = ("tmpfs", "ramfs")  # the page cache *is* the storage: nothing to drop
+START_HINT = "bash scripts/shared_fs.sh start"
+
+
+class SharedStorageError(DatasetError):
+    """Shared storage is not mounted, not readable, or went away during the run."""
+
+
+@dataclass(frozen=True)
+class Mount:
+    """The mount a path lies on, from /proc/self/mountinfo."""
+
+    point: Path
+    fs_type: str
+    source: str
+
+    @property
+    def kind(self) -> str:
+        """"network", "memory" or "local" (a disk of this node)."""
+        if self.fs_type in NETWORK_TYPES:
+            return "network"
+        return "memory" if self.fs_type in MEMORY_TYPES else "local"
+
+
+def _unescape(field: str) -> str:
+    """mountinfo writes space, tab, newline and backslash in paths as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"), ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def mount_of(path: str | os.PathLike, mountinfo: str = "/proc/self/mountinfo") -> Mount:
+    """The innermost mount holding `path` (resolved; it need not exist yet)."""
+    target = Path(os.path.realpath(path))
+    best = Mount(Path("/"), "unknown", "unknown")
+    with open(mountinfo) as table:
+        for line in table:
+            before, _, after = line.partition(" - ")
+            point = Path(_unescape(before.split()[4]))
+            fs_type, source = (after.split() + ["", ""])[:2]
+            if (point == target or point in target.parents) and len(point.parts) >= len(best.point.parts):
+                best = Mount(point, fs_type, source)  # later lines mount over earlier ones
+    return best
+
+
+def check_shared_dir(shared_dir: Path) -> str | None:
+    """Why `storage.shared_dir` cannot be used on this node, or None."""
+    fix = f"start the shared file system ({START_HINT}) or set storage.shared_dir=null to read dataset.root as it is"
+    if not shared_dir.is_dir():
+        return f"storage.shared_dir {shared_dir} does not exist here; {fix}"
+    if not os.path.ismount(shared_dir):
+        return (f"storage.shared_dir {shared_dir} is not a mounted file system (a bare directory on "
+                f"{mount_of(shared_dir).point}); {fix}")
+    try:
+        os.listdir(shared_dir)
+    except OSError as err:
+        return f"storage.shared_dir {shared_dir} cannot be read ({err.strerror}); {fix}"
+    return None
+
+
+def why_gone(catalog: Catalog) -> str | None:
+    """Why the catalog's storage as a whole is unreachable now (its mount gone, its root
+    unreadable), or None when it is there and a failed read is the sample's own problem."""
+    if catalog.mount is not None and catalog.mount != Path("/") and not os.path.ismount(catalog.mount):
+        return f"{catalog.mount} is no longer mounted"
+    try:
+        os.listdir(catalog.root)
+    except OSError as err:
+        return f"{catalog.root} cannot be read ({err.strerror})"
+    return None
+
+
+def check_still_there(catalog: Catalog, err: OSError) -> None:
+    """After a failed read of shared storage: raise SharedStorageError if the storage went away."""
+    gone = why_gone(catalog)
+    if gone:
+        raise SharedStorageError(
+            f"shared storage went away during the run: {gone} (reading {catalog.root}: {err.strerror or err}); "
+            f"bring it back (e.g. {START_HINT}) and run the same command again: the run resumes from its "
+            "last checkpoint and the node-local stores are checked before training"
+        ) from None
+
+
+def estimated_bytes(catalog: Catalog, probes: int = 64) -> int:
+    """The split's size in bytes, from `probes` evenly spaced samples (a full stat of a large
+    dataset would cost the file system one request per sample)."""
+    count = len(catalog)
+    picked = sorted({i * count // min(probes, count) for i in range(min(probes, count))})
+    sizes = [catalog.stat(sample_id).nbytes for sample_id in picked]
+    return sum(sizes) * count // max(len(sizes), 1)
+
+
+def node_memory_bytes(meminfo: str = "/proc/meminfo") -> int:
+    with open(meminfo) as info:
+        for line in info:
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    raise OSError(f"no MemTotal in {meminfo}")
+
+
+def describe(catalog: Catalog) -> dict:
+    """What the run records of its shared storage (metrics.jsonl's `shared`)."""
+    mount = mount_of(catalog.root)
+    return {"root": os.path.abspath(catalog.root), "mount": str(mount.point), "fs": mount.fs_type, "kind": mount.kind,
+            "reads": UNCACHED if catalog.uncached else CACHED}
+
+
+def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
+    """What a user must know before trusting the run's shared-storage times."""
+    mount, notes = mount_of(catalog.root), []
+    if mount.kind == "memory":
+        notes.append(f"dataset.root {catalog.root} is on {mount.fs_type} ({mount.point}): its reads are memory "
+                     "reads, not shared storage's")
+    elif mount.kind == "local":
+        notes.append(f"dataset.root {catalog.root} is on this node's own disk ({mount.fs_type} at {mount.point}), "
+                     f"not on shared storage: shared reads are local-disk reads; {START_HINT} mounts a real "
+                     "shared file system, then set storage.shared_dir=<its mount>")
+    size = estimated_bytes(catalog)
+    if not catalog.uncached and mount.kind != "memory" and size < memory_bytes:
+        notes.append(f"potential caching: the dataset (~{size / 2**30:.2f} GiB) fits in this node's memory "
+                     f"({memory_bytes / 2**30:.0f} GiB) and storage.shared_reads=cached lets the page cache serve "
+                     "later epochs, so their shared reads time memory; set storage.shared_reads=uncached")
+    return notes
+
+
+__all__ = [
+    "CACHED", "SHARED_READS", "UNCACHED", "Mount", "SharedStorageError", "check_shared_dir", "check_still_there",
+    "describe", "estimated_bytes", "mount_of", "node_memory_bytes", "warnings_for", "why_gone",
+]
