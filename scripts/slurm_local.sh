@@ -67,6 +67,23 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 EOF
 }
 
+# start munged unless one runs; the pid of one started here goes to $STATE/munged.pid for `stop`
+start_munged() {
+    local pid
+    for pid in $(pgrep -x munged || true); do
+        if alive "$pid"; then echo "using the munged already running here (pid $pid)"; return; fi
+    done
+    rm -f /run/munge/munged.pid
+    runuser -u munge -- /usr/sbin/munged
+    for _ in $(seq 50); do  # it detaches, then writes its pid file
+        pid=$(cat /run/munge/munged.pid 2>/dev/null || true)
+        if alive "$pid"; then echo "$pid" >"$STATE/munged.pid"; return; fi
+        sleep 0.1
+    done
+    echo "munged did not start (no live pid in /run/munge/munged.pid)" >&2
+    exit 1
+}
+
 start() {
     if answers; then
         echo "a Slurm is already running here: $(sinfo -h -o '%P %D %t' | head -1)"
@@ -77,7 +94,7 @@ start() {
     [ -s /etc/munge/munge.key ] || { mkdir -p /etc/munge; dd if=/dev/urandom bs=1 count=1024 of=/etc/munge/munge.key 2>/dev/null; }
     chown munge:munge /etc/munge/munge.key && chmod 400 /etc/munge/munge.key
     mkdir -p /run/munge && chown munge:munge /run/munge
-    pgrep -x munged >/dev/null || runuser -u munge -- /usr/sbin/munged
+    start_munged
     slurmctld -i
     slurmd
     for _ in $(seq 50); do
@@ -98,7 +115,9 @@ stop() {
         pid=$(cat "$STATE/$daemon.pid" 2>/dev/null || true)
         if alive "$pid"; then kill "$pid"; fi
     done
-    pkill -x munged || true
+    pid=$(cat "$STATE/munged.pid" 2>/dev/null || true)  # only a munged that `start` started
+    if alive "$pid" && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = munged ]; then kill "$pid"; fi
+    rm -f "$STATE/munged.pid"
     rm -f "$STATE/started"
     echo "stopped"
 }
