@@ -14,13 +14,16 @@
 # Settings (environment):
 #   HPCSHUFFLE_SHARED_MOUNT=/mnt/hpcshuffle-shared  where the volume is mounted
 #   HPCSHUFFLE_SHARED_STATE=/var/tmp/hpcshuffle-gluster  brick, logs, and the marks of what `start` started
-#   HPCSHUFFLE_SHARED_DIRECT_IO=1  mount with direct-io-mode=enable: no kernel page cache for the mount
+#   HPCSHUFFLE_SHARED_DIRECT_IO=0  mount without direct-io-mode=enable: keep the kernel page cache
 #
 # The volume's client-side caching translators are off (io-cache, read-ahead, quick-read,
-# stat-prefetch/md-cache, open-behind, readdir-ahead), so a read after `echo 3 > /proc/sys/vm/drop_caches`
-# or after posix_fadvise(POSIX_FADV_DONTNEED) goes to the brick over TCP. The default mount keeps the
-# kernel page cache, as a PFS client does; DONTNEED drops a file's pages on it. write-behind is off
-# too: writing 100 KB files is no slower without it, and a write's error then comes from write().
+# stat-prefetch/md-cache, open-behind, readdir-ahead), and the mount uses direct-io-mode=enable: the
+# client cannot cache the dataset at all, as a PFS client whose dataset is larger than its memory,
+# and every read goes to the brick over TCP. With HPCSHUFFLE_SHARED_DIRECT_IO=0 the mount keeps the
+# kernel page cache (as a Lustre client does); hpcshuffle's storage.shared_reads=uncached then drops
+# each file's pages after reading it (posix_fadvise DONTNEED), which works on this mount too.
+# write-behind is off too: writing 100 KB files is no slower without it, and a write's error then
+# comes from write().
 # network.ping-timeout is 10 s, so a server that goes away gives errors instead of a 42 s hang.
 #
 # `start` uses a glusterd already running here, and `stop` leaves such a glusterd running; `stop`
@@ -32,7 +35,7 @@ set -euo pipefail
 STATE=${HPCSHUFFLE_SHARED_STATE:-/var/tmp/hpcshuffle-gluster}
 MOUNT=${HPCSHUFFLE_SHARED_MOUNT:-/mnt/hpcshuffle-shared}
 MOUNT=${MOUNT%/}
-DIRECT_IO=${HPCSHUFFLE_SHARED_DIRECT_IO:-0}
+DIRECT_IO=${HPCSHUFFLE_SHARED_DIRECT_IO:-1}
 VOLUME=hpcshuffle
 BRICK=$STATE/brick
 LOG=$STATE/log
