@@ -7,6 +7,8 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from hpcshuffle.metrics import read_jsonl
@@ -21,6 +23,31 @@ def strategy_overrides(strategy: str) -> list[str]:
     if strategy in ("global", "local", "locality"):
         return [f"shuffle={strategy}"]
     raise ValueError(f"unknown strategy {strategy!r}: use global, local, locality or partial-<q> (e.g. partial-0.1)")
+
+
+@contextmanager
+def shared_storage() -> Iterator[list[str]]:
+    """The overrides that make runs read shared storage from the GlusterFS mount of
+    scripts/shared_fs.sh: the one mounted already, or one started here (root) and stopped after.
+    Without either, [] and a plain word that global shuffling reads this node's disk."""
+    script = ["bash", str(REPO / "scripts" / "shared_fs.sh")]
+    status = subprocess.run([*script, "status"], capture_output=True, text=True)
+    started = None if status.returncode == 0 else subprocess.run([*script, "start"], capture_output=True, text=True)
+    result = status if started is None else started
+    if result.returncode != 0:
+        reason = (result.stderr.strip().splitlines() or ["no reason given"])[-1]
+        print(f"shared storage: no GlusterFS mount ({reason}); global shuffling reads dataset.root from this "
+              "node's disk, each file's pages dropped after reading it", flush=True)
+        yield []
+        return
+    mount = result.stdout.strip()
+    print(f"shared storage: GlusterFS mounted at {mount} ({'started here' if started else 'already up'}); "
+          "datasets live under it", flush=True)
+    try:
+        yield [f"storage.shared_dir={mount}"]
+    finally:
+        if started is not None:
+            subprocess.run([*script, "stop"], capture_output=True, text=True)
 
 
 def records(run_dir: Path) -> list[dict]:

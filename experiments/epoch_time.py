@@ -2,8 +2,11 @@
 (epoch time of GS / LS / PLS vs workers) and Fig. 10 (I/O · exchange · FW+BW · allreduce per q).
 
 Real ranks (`mpiexec -n M python -m hpcshuffle.train`), global shuffling reading the shared
-dataset, LS and PLS their node-local stores (under the temporary directory, $TMPDIR). Writes `<figures>/nguyen_fig9_epoch_time.png`,
-`nguyen_fig10_breakdown.png` (the runs at the largest M) and `epoch_time.txt`.
+dataset, LS and PLS their node-local stores (under the temporary directory, $TMPDIR). The dataset
+lives on the GlusterFS mount of scripts/shared_fs.sh when it is up or can be started (root), so
+GS pays a network file system's reads; otherwise the script says so and GS reads this node's
+disk. Writes `<figures>/nguyen_fig9_epoch_time.png`, `nguyen_fig10_breakdown.png` (the runs at
+the largest M) and `epoch_time.txt`.
 
     python experiments/epoch_time.py [--workers 2 4] [--q 0 0.1 0.3 0.5] [--epochs 3]
         [--out results/experiments/epoch_time] [--figures DIR] [override ...]
@@ -18,7 +21,7 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from common import strategy_overrides, train
+from common import shared_storage, strategy_overrides, train
 
 from hpcshuffle.analysis.plots import plot_breakdown, plot_curves
 from hpcshuffle.analysis.report import steady_means
@@ -43,29 +46,32 @@ def main() -> None:
     strategies = ["local" if q == 0 else f"partial-{q:g}" for q in args.q] + ["global"]
 
     means: dict[str, dict[int, dict[str, float]]] = {s: {} for s in strategies}
-    for workers in args.workers:
-        for strategy in strategies:
-            run_dir = out / f"M{workers}" / strategy
-            overrides = [*(args.overrides or DEFAULT_OVERRIDES), *strategy_overrides(strategy),
-                         f"storage.local_dir={Path(tempfile.gettempdir()) / 'hpcshuffle-experiments' / f'M{workers}'}"]
-            records = train(run_dir, overrides, args.epochs, ranks=workers)
-            means[strategy][workers] = steady_means(records, skip_first=True)
+    with shared_storage() as shared:
+        for workers in args.workers:
+            for strategy in strategies:
+                run_dir = out / f"M{workers}" / strategy
+                local_dir = Path(tempfile.gettempdir()) / "hpcshuffle-experiments" / f"M{workers}"
+                overrides = [*(args.overrides or DEFAULT_OVERRIDES), *strategy_overrides(strategy), *shared,
+                             f"storage.local_dir={local_dir}"]
+                records = train(run_dir, overrides, args.epochs, ranks=workers)
+                means[strategy][workers] = steady_means(records, skip_first=True)
 
     largest = max(args.workers)
     epoch_times = {s: {m: means[s][m]["epoch"] for m in args.workers} for s in strategies}
     plot_curves(epoch_times, "seconds per epoch (slowest rank)", figures / "nguyen_fig9_epoch_time.png",
                 xlabel="workers M (MPI ranks)", title="epoch time against workers", log_x=True)
     plot_breakdown({s: means[s][largest] for s in strategies}, figures / "nguyen_fig10_breakdown.png")
-    lines = ["seconds per epoch after the first (io, exchange, fwbw, allreduce: mean over ranks; epoch: slowest)",
+    lines = ["seconds per epoch after the first (io, exchange, fwbw, allreduce: mean over ranks; epoch: slowest; "
+             "util: (fwbw + allreduce) / epoch)",
              f"{'M':>3} {'strategy':<12} {'io':>7} {'exchange':>8} {'fwbw':>7} {'allreduce':>9} {'epoch':>7} "
-             f"{'vs LS':>6}"]
+             f"{'util':>5} {'vs LS':>6}"]
     for workers in args.workers:
         local = means["local"][workers]["epoch"] if "local" in means else None
         for strategy in strategies:
             m = means[strategy][workers]
             ratio = f"{m['epoch'] / local:.2f}" if local else "-"
             lines.append(f"{workers:>3} {strategy:<12} {m['io']:>7.2f} {m['exchange']:>8.2f} {m['fwbw']:>7.2f} "
-                         f"{m['allreduce']:>9.2f} {m['epoch']:>7.2f} {ratio:>6}")
+                         f"{m['allreduce']:>9.2f} {m['epoch']:>7.2f} {m['util']:>5.0%} {ratio:>6}")
     table = "\n".join(lines)
     print(table)
     (figures / "epoch_time.txt").write_text(table + "\n")
