@@ -11,7 +11,7 @@ caching"). `storage.shared_reads`:
   file system's own client caches are the mount's business (scripts/shared_fs.sh turns
   GlusterFS's off).
 - `cached`: the page cache is left alone, as a plain read would; the run warns when the
-  dataset fits in the node's memory.
+  dataset fits in the node's memory, unless the mount bypasses the page cache (direct I/O).
 
 `storage.shared_dir` names the mount of the shared file system; a run checks that it is mounted
 before it writes or lists anything there, and a read that fails because the file system went
@@ -76,6 +76,20 @@ def mount_of(path: str | os.PathLike, mountinfo: str = "/proc/self/mountinfo") -
     return best
 
 
+def direct_io(point: Path, proc: str = "/proc") -> bool:
+    """Whether the FUSE client serving the mount at `point` bypasses the page cache (GlusterFS's
+    `direct-io-mode=enable`: its process's command line says so and ends with the mount point)."""
+    for cmdline in Path(proc).glob("[0-9]*/cmdline"):
+        try:
+            args = cmdline.read_bytes().decode(errors="replace").split("\0")
+        except OSError:  # a process that ended while we looked
+            continue
+        args = [arg for arg in args if arg]
+        if args and args[-1] == str(point) and "--direct-io-mode=enable" in args:
+            return True
+    return False
+
+
 def check_shared_dir(shared_dir: Path) -> str | None:
     """Why `storage.shared_dir` cannot be used on this node, or None."""
     fix = f"start the shared file system ({START_HINT}) or set storage.shared_dir=null to read dataset.root as it is"
@@ -135,7 +149,7 @@ def describe(catalog: Catalog) -> dict:
     """What the run records of its shared storage (metrics.jsonl's `shared`)."""
     mount = mount_of(catalog.root)
     return {"root": os.path.abspath(catalog.root), "mount": str(mount.point), "fs": mount.fs_type, "kind": mount.kind,
-            "reads": UNCACHED if catalog.uncached else CACHED}
+            "reads": UNCACHED if catalog.uncached else CACHED, "direct_io": direct_io(mount.point)}
 
 
 def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
@@ -149,7 +163,7 @@ def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
                      f"not on shared storage: shared reads are local-disk reads; {START_HINT} mounts a real "
                      "shared file system, then set storage.shared_dir=<its mount>")
     size = estimated_bytes(catalog)
-    if not catalog.uncached and mount.kind != "memory" and size < memory_bytes:
+    if not catalog.uncached and mount.kind != "memory" and size < memory_bytes and not direct_io(mount.point):
         notes.append(f"potential caching: the dataset (~{size / 2**30:.2f} GiB) fits in this node's memory "
                      f"({memory_bytes / 2**30:.0f} GiB) and storage.shared_reads=cached lets the page cache serve "
                      "later epochs, so their shared reads time memory; set storage.shared_reads=uncached")
@@ -158,5 +172,5 @@ def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
 
 __all__ = [
     "CACHED", "SHARED_READS", "UNCACHED", "Mount", "SharedStorageError", "check_shared_dir", "check_still_there",
-    "describe", "estimated_bytes", "mount_of", "node_memory_bytes", "warnings_for", "why_gone",
+    "describe", "direct_io", "estimated_bytes", "mount_of", "node_memory_bytes", "warnings_for", "why_gone",
 ]

@@ -19,6 +19,7 @@ from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.shared_io import direct_io
 from tests.conftest import BATCH, REPO, SHORT_EPOCHS, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, train_args
 from tests.gluster.conftest import shared_fs_script
 from tests.unit.test_shared_io import durable, resident_pages
@@ -64,7 +65,7 @@ def test_training_from_the_mount_is_audited_and_recorded(shared_fs, gluster_data
     assert_every_sample_each_epoch(tmp_path / "run", SHORT_EPOCHS, holds=strategy != "global")
     for record in read_jsonl(tmp_path / "run" / "metrics.jsonl"):
         assert record["shared"] == {"root": str(gluster_dataset), "mount": str(shared_fs), "fs": "fuse.glusterfs",
-                                    "kind": "network", "reads": "uncached"}
+                                    "kind": "network", "reads": "uncached", "direct_io": direct_io(shared_fs)}
         reads = RANKS * PlanSpec(SMALL_SAMPLES, RANKS, BATCH, 1.0, 0).max_share  # equal steps per rank
         assert record["samples"]["read_shared"] == (reads if strategy == "global" else 0)
         assert 0 < record["util"]["min"] <= record["util"]["mean"] <= record["util"]["max"] <= 1
@@ -76,11 +77,8 @@ def test_no_guarded_read_leaves_pages_on_the_fuse_mount(shared_fs, gluster_datas
     path = catalog.path(5)
     durable(path)
     replace(catalog, uncached=False).read_bytes(5)
-    mounted = STATE / "mounted"  # shared_fs.sh writes the mount options there
-    if mounted.exists():
-        direct_io = "direct-io-mode=enable" in mounted.read_text()
-        # direct I/O: the mount itself caches nothing; otherwise its pages stay, as on any PFS client
-        assert (resident_pages(path) == 0) == direct_io
+    # direct I/O: the mount itself caches nothing; otherwise its pages stay, as on any PFS client
+    assert (resident_pages(path) == 0) == direct_io(shared_fs)
     catalog.read_bytes(5)
     assert resident_pages(path) == 0
 

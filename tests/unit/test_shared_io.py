@@ -17,7 +17,7 @@ from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.loader import Samples
 from hpcshuffle.shared_io import (
-    SharedStorageError, check_shared_dir, describe, estimated_bytes, mount_of, warnings_for, why_gone,
+    SharedStorageError, check_shared_dir, describe, direct_io, estimated_bytes, mount_of, warnings_for, why_gone,
 )
 
 GIB = 2**30
@@ -120,10 +120,24 @@ def test_warnings_name_local_disk_and_potential_caching(dataset):
     if kind == "local":
         assert any("this node's own disk" in note for note in cached)
     assert describe(catalog) == {"root": str(dataset), "mount": str(mount_of(dataset).point),
-                                 "fs": mount_of(dataset).fs_type, "kind": kind, "reads": "uncached"}
+                                 "fs": mount_of(dataset).fs_type, "kind": kind, "reads": "uncached",
+                                 "direct_io": False}
 
 
 def test_storage_config_checks_shared_reads():
     assert StorageConfig().shared_reads == "uncached"
     with pytest.raises(ConfigError, match=r"storage.shared_reads must be one of \('uncached', 'cached'\)"):
         StorageConfig(shared_reads="sometimes")
+
+
+def test_direct_io_is_read_from_the_fuse_clients_command_line(tmp_path):
+    def process(pid: int, *args: str) -> None:
+        (tmp_path / str(pid)).mkdir()
+        (tmp_path / str(pid) / "cmdline").write_bytes(b"\0".join(arg.encode() for arg in args) + b"\0")
+
+    process(10, "/usr/sbin/glusterfs", "--direct-io-mode=enable", "--volfile-server=host", "/mnt/a")
+    process(11, "/usr/sbin/glusterfs", "--volfile-server=host", "/mnt/b")
+    (tmp_path / "self").mkdir()
+    assert direct_io(Path("/mnt/a"), proc=str(tmp_path))
+    assert not direct_io(Path("/mnt/b"), proc=str(tmp_path))
+    assert not direct_io(Path("/mnt/c"), proc=str(tmp_path))
