@@ -6,6 +6,11 @@ runs a cache of `cache-fraction`·⌈N/M⌉ samples over the whole trace (`hpcsh
 a hit is a read served without shared storage. Prints a table (hits, hit ratio over the run and
 in the last epoch, seconds to simulate) and, last, `reuse-distance/LRU hit ratio: X`.
 
+Nothing is read here: every read is simulated, so "shared storage" is a count of misses, and the
+mount or its emulation play no part. What a miss costs against a hit on this node is what
+benchmarks/shared_io.py measures (guarded GlusterFS reads against the node-local store);
+node_cache.py replays these decisions on real reads in training.
+
     python benchmarks/cache.py [--samples 50000] [--ranks 4] [--epochs 10] [--cache-fraction 0.25]
 """
 
