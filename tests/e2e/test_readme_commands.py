@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -37,6 +38,13 @@ def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
     assert all(r["samples"]["read_shared"] == 2048 for r in runs["global"])
     assert all(r["samples"]["sent"] == r["samples"]["received"] > 0 for r in runs["partial"])
     assert runs["partial"][-1]["q"] == 0.3 and runs["partial"][-1]["workers"] == 4
+    # as root the demo reads the real GlusterFS mount (started for it if need be), else it says it cannot
+    if os.geteuid() == 0:
+        assert "== shared storage: GlusterFS at" in result.stdout, result.stdout[-3000:]
+        assert all(r["shared"]["fs"] == "fuse.glusterfs" for rs in runs.values() for r in rs)
+    else:
+        assert "GS reads data/synthetic from this node's disk" in result.stdout or "GlusterFS at" in result.stdout
+    assert all(0 < r["util"]["mean"] <= 1 for rs in runs.values() for r in rs)
 
 
 def test_console_command_trains_from_any_directory(small_dataset, tmp_path):
