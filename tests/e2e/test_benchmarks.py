@@ -1,12 +1,11 @@
 """Benchmarks run in a reduced mode in CI, so they cannot rot; their numbers are not judged here.
 
-The ones that read the GlusterFS mount run when it is mounted or root can start it (the benchmark
-then starts it with scripts/shared_fs.sh and leaves it up); elsewhere they skip, saying so.
+The ones that read the GlusterFS mount use the session's `shared_fs` (tests/conftest.py): the
+mounted volume, or one started for the session as root; elsewhere they skip, saying so.
 """
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -16,15 +15,6 @@ import pytest
 from tests.conftest import REPO, mpi_env
 
 pytestmark = pytest.mark.e2e
-
-
-def need_shared_fs() -> None:
-    """Skip unless the GlusterFS volume is mounted or this process may start it (root)."""
-    status = subprocess.run(["bash", "scripts/shared_fs.sh", "status"], cwd=REPO, capture_output=True, text=True,
-                            timeout=120, check=False)
-    if status.returncode != 0 and os.geteuid() != 0:
-        pytest.skip(f"needs the GlusterFS volume mounted ({status.stderr.strip()}) or root to start it with "
-                    f"scripts/shared_fs.sh start (running as uid {os.geteuid()})")
 
 
 def test_stage_benchmark_prints_its_ratio_last():
@@ -62,9 +52,9 @@ def test_cache_benchmark_prints_its_ratio_last():
 
 
 @pytest.mark.parametrize("pfs", ["emulated", pytest.param("gluster", marks=pytest.mark.gluster)])
-def test_loader_benchmark_prints_its_ratio_last(pfs):
+def test_loader_benchmark_prints_its_ratio_last(pfs, request):
     if pfs == "gluster":
-        need_shared_fs()
+        request.getfixturevalue("shared_fs")
     result = subprocess.run(
         [sys.executable, "benchmarks/loader.py", "--pfs", pfs, "--samples", "128", "--size", "64", "--batches", "3",
          "--rounds", "1"],
@@ -80,8 +70,7 @@ def test_loader_benchmark_prints_its_ratio_last(pfs):
 
 
 @pytest.mark.gluster
-def test_shared_io_benchmark_prints_its_ratio_last():
-    need_shared_fs()
+def test_shared_io_benchmark_prints_its_ratio_last(shared_fs):
     result = subprocess.run(
         [sys.executable, "benchmarks/shared_io.py", "--samples", "40", "--size", "32", "--passes", "2",
          "--repeats", "1"],

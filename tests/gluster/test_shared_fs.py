@@ -9,8 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
-from tests.gluster.conftest import shared_fs_script
+from tests.conftest import REPO, shared_fs_script
 
 pytestmark = pytest.mark.gluster
 

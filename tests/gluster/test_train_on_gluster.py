@@ -20,8 +20,9 @@ from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.shared_io import direct_io
-from tests.conftest import BATCH, REPO, SHORT_EPOCHS, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, train_args
-from tests.gluster.conftest import shared_fs_script
+from tests.conftest import (
+    BATCH, REPO, SHORT_EPOCHS, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, shared_fs_script, train_args,
+)
 from tests.unit.test_shared_io import durable, resident_pages
 
 pytestmark = pytest.mark.gluster
