@@ -26,10 +26,17 @@ def strategy_overrides(strategy: str) -> list[str]:
 
 
 @contextmanager
-def shared_storage() -> Iterator[list[str]]:
+def shared_storage(overrides: list[str]) -> Iterator[list[str]]:
     """The overrides that make runs read shared storage from the GlusterFS mount of
     scripts/shared_fs.sh: the one mounted already, or one started here (root) and stopped after.
-    Without either, [] and a plain word that global shuffling reads this node's disk."""
+    Without either, or when `overrides` name an absolute dataset.root (read where it is), [] and
+    a plain word on where global shuffling reads."""
+    roots = [o.split("=", 1)[1] for o in overrides if o.startswith("dataset.root=")]
+    if roots and Path(roots[-1]).is_absolute():
+        print(f"shared storage: dataset.root {roots[-1]} is read where it is (give a relative dataset.root to "
+              "put the dataset on the GlusterFS mount)", flush=True)
+        yield []
+        return
     script = ["bash", str(REPO / "scripts" / "shared_fs.sh")]
     status = subprocess.run([*script, "status"], capture_output=True, text=True)
     started = None if status.returncode == 0 else subprocess.run([*script, "start"], capture_output=True, text=True)

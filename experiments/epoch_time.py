@@ -46,12 +46,13 @@ def main() -> None:
     strategies = ["local" if q == 0 else f"partial-{q:g}" for q in args.q] + ["global"]
 
     means: dict[str, dict[int, dict[str, float]]] = {s: {} for s in strategies}
-    with shared_storage() as shared:
+    common = args.overrides or DEFAULT_OVERRIDES
+    with shared_storage(common) as shared:
         for workers in args.workers:
             for strategy in strategies:
                 run_dir = out / f"M{workers}" / strategy
                 local_dir = Path(tempfile.gettempdir()) / "hpcshuffle-experiments" / f"M{workers}"
-                overrides = [*(args.overrides or DEFAULT_OVERRIDES), *strategy_overrides(strategy), *shared,
+                overrides = [*common, *strategy_overrides(strategy), *shared,
                              f"storage.local_dir={local_dir}"]
                 records = train(run_dir, overrides, args.epochs, ranks=workers)
                 means[strategy][workers] = steady_means(records, skip_first=True)
