@@ -5,6 +5,7 @@ that ends with every sample trained every epoch and the stores holding the plan'
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -29,7 +30,8 @@ pytestmark = pytest.mark.gluster
 RANKS = 3
 STRATEGIES = {"global": ("shuffle=global",), "local": ("shuffle=local",),
               "partial": ("shuffle=partial", "shuffle.q=0.3")}
-STATE = Path("/var/tmp/hpcshuffle-gluster")  # scripts/shared_fs.sh's default state dir
+# where scripts/shared_fs.sh marks what it started
+STATE = Path(os.environ.get("HPCSHUFFLE_SHARED_STATE", "/var/tmp/hpcshuffle-gluster"))
 LONG_EPOCHS = 10  # long enough that the file system is stopped while the run still trains
 
 
