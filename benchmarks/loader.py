@@ -70,7 +70,6 @@ import torch
 from shared_io import (  # benchmarks/shared_io.py, next to this script
     NUM_CLASSES,
     shared_dataset,
-    shared_mount,
 )
 
 from hpcshuffle.formats.catalog import Catalog
@@ -78,7 +77,7 @@ from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
-from hpcshuffle.shared_io import START_HINT, direct_io
+from hpcshuffle.shared_io import START_HINT, direct_io, shared_mount
 
 
 @dataclass(frozen=True)

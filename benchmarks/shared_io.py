@@ -60,7 +60,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -75,31 +74,10 @@ from hpcshuffle.dataset import ensure_synthetic
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-from hpcshuffle.shared_io import START_HINT, direct_io, mount_of
+from hpcshuffle.shared_io import START_HINT, direct_io, mount_of, shared_mount
 from hpcshuffle.store import Store
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED_FS = ["bash", str(REPO / "scripts" / "shared_fs.sh")]
 NUM_CLASSES = 10
-
-
-def shared_mount(start: bool = True) -> tuple[Path | None, str]:
-    """(the GlusterFS mount, how it was found), or (None, why not).
-
-    Asks `shared_fs.sh status`; when the volume is not mounted and `start` and we are root, starts
-    it (`shared_fs.sh start`: a minute or more the first time, it may install packages).
-    """
-    status = subprocess.run([*SHARED_FS, "status"], capture_output=True, text=True, timeout=120, check=False)
-    if status.returncode == 0:
-        return Path(status.stdout.strip()), "mounted"
-    why = status.stderr.strip().splitlines()[-1:] or [f"shared_fs.sh status exited {status.returncode}"]
-    if not start or os.geteuid() != 0:
-        return None, f"{why[0]} (starting it needs root; running as uid {os.geteuid()})"
-    print(f"{why[0]}; starting it: {START_HINT}", file=sys.stderr, flush=True)
-    started = subprocess.run([*SHARED_FS, "start"], stdout=subprocess.PIPE, text=True, timeout=900, check=False)
-    if started.returncode != 0:
-        return None, f"{START_HINT} failed (exit {started.returncode}; its messages are above)"
-    return Path(started.stdout.strip()), "started now"
 
 
 def shared_dataset(mount: Path, num_samples: int, image_size: int, seed: int = 0) -> Catalog:

@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.shared_io import SHARED_FS, shared_mount
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -37,24 +38,18 @@ def shared_storage(overrides: list[str]) -> Iterator[list[str]]:
               "put the dataset on the GlusterFS mount)", flush=True)
         yield []
         return
-    script = ["bash", str(REPO / "scripts" / "shared_fs.sh")]
-    status = subprocess.run([*script, "status"], capture_output=True, text=True)
-    started = None if status.returncode == 0 else subprocess.run([*script, "start"], capture_output=True, text=True)
-    result = status if started is None else started
-    if result.returncode != 0:
-        reason = (result.stderr.strip().splitlines() or ["no reason given"])[-1]
-        print(f"shared storage: no GlusterFS mount ({reason}); global shuffling reads dataset.root from this "
+    mount, how = shared_mount(start=True)
+    if mount is None:
+        print(f"shared storage: no GlusterFS mount ({how}); global shuffling reads dataset.root from this "
               "node's disk, each file's pages dropped after reading it", flush=True)
         yield []
         return
-    mount = result.stdout.strip()
-    print(f"shared storage: GlusterFS mounted at {mount} ({'started here' if started else 'already up'}); "
-          "datasets live under it", flush=True)
+    print(f"shared storage: GlusterFS at {mount} ({how}); datasets live under it", flush=True)
     try:
         yield [f"storage.shared_dir={mount}"]
     finally:
-        if started is not None:
-            subprocess.run([*script, "stop"], capture_output=True, text=True)
+        if how == "started now":  # stop only what was started here
+            subprocess.run(["bash", str(SHARED_FS), "stop"], capture_output=True, text=True)
 
 
 def records(run_dir: Path) -> list[dict]:

@@ -21,6 +21,8 @@ away mid-run raises `SharedStorageError` naming it, instead of blaming the sampl
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ NETWORK_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb
                  "fuse.sshfs", "fuse.ceph", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse")
 MEMORY_TYPES = ("tmpfs", "ramfs")  # the page cache *is* the storage: nothing to drop
 START_HINT = "bash scripts/shared_fs.sh start"
+SHARED_FS = Path(__file__).resolve().parents[1] / "scripts" / "shared_fs.sh"  # in a source checkout
 
 
 class SharedStorageError(DatasetError):
@@ -88,6 +91,29 @@ def direct_io(point: Path, proc: str = "/proc") -> bool:
         if args and args[-1] == str(point) and "--direct-io-mode=enable" in args:
             return True
     return False
+
+
+def shared_mount(start: bool = True) -> tuple[Path | None, str]:
+    """(the GlusterFS mount of scripts/shared_fs.sh, "mounted" or "started now"), or (None, why not).
+
+    Asks `shared_fs.sh status`; when the volume is not mounted and `start` and we are root, starts
+    it (`shared_fs.sh start`: a minute or more the first time, it may install packages).
+    """
+    if not SHARED_FS.is_file():
+        return None, f"{SHARED_FS} is not here (it comes with a source checkout)"
+    status = subprocess.run(["bash", str(SHARED_FS), "status"], capture_output=True, text=True, timeout=120,
+                            check=False)
+    if status.returncode == 0:
+        return Path(status.stdout.strip()), "mounted"
+    why = status.stderr.strip().splitlines()[-1:] or [f"shared_fs.sh status exited {status.returncode}"]
+    if not start or os.geteuid() != 0:
+        return None, f"{why[0]} (starting it needs root; running as uid {os.geteuid()})"
+    print(f"{why[0]}; starting it: {START_HINT}", file=sys.stderr, flush=True)
+    started = subprocess.run(["bash", str(SHARED_FS), "start"], stdout=subprocess.PIPE, text=True, timeout=900,
+                             check=False)
+    if started.returncode != 0:
+        return None, f"{START_HINT} failed (exit {started.returncode}; its messages are above)"
+    return Path(started.stdout.strip()), "started now"
 
 
 def check_shared_dir(shared_dir: Path) -> str | None:
@@ -172,5 +198,6 @@ def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
 
 __all__ = [
     "CACHED", "SHARED_READS", "UNCACHED", "Mount", "SharedStorageError", "check_shared_dir", "check_still_there",
-    "describe", "direct_io", "estimated_bytes", "mount_of", "node_memory_bytes", "warnings_for", "why_gone",
+    "describe", "direct_io", "estimated_bytes", "mount_of", "node_memory_bytes", "shared_mount", "warnings_for",
+    "why_gone",
 ]

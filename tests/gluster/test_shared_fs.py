@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from hpcshuffle.shared_io import mount_of
 from tests.conftest import REPO, shared_fs_script
 
 pytestmark = pytest.mark.gluster
@@ -27,25 +28,14 @@ VOLUME_OPTIONS = {
 }
 
 
-def mount_type(path: Path) -> tuple[str, str]:
-    """(fstype, source) of the mount at `path`, the topmost when several are stacked there."""
-    found = ("", "")
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        if fields[4] == str(path):
-            after = fields[fields.index("-") + 1:]
-            found = (after[0], after[1])
-    return found
-
-
 def test_status_prints_the_glusterfs_mount(shared_fs):
     result = shared_fs_script("status", timeout_s=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [str(shared_fs)]
     assert os.path.ismount(shared_fs)
-    fstype, source = mount_type(shared_fs)
-    assert fstype == "fuse.glusterfs"
-    assert source.endswith(":/hpcshuffle")
+    mount = mount_of(shared_fs)
+    assert (mount.point, mount.fs_type) == (shared_fs, "fuse.glusterfs")
+    assert mount.source.endswith(":/hpcshuffle")
 
 
 def test_a_file_written_there_reads_back(shared_fs):
@@ -68,7 +58,7 @@ def test_start_is_idempotent(shared_fs):
             pytest.skip(f"start needs root here: {result.stderr.strip()}")
         assert result.returncode == 0, result.stderr
         assert result.stdout.splitlines() == [str(shared_fs)]
-    assert mount_type(shared_fs)[0] == "fuse.glusterfs"
+    assert mount_of(shared_fs).fs_type == "fuse.glusterfs"
 
 
 @pytest.mark.parametrize("option", sorted(VOLUME_OPTIONS))

@@ -108,22 +108,23 @@ def test_the_mount_going_away_is_named_within_30s_and_the_run_resumes(shared_fs,
         wait_for_epoch(tmp_path / "run" / "metrics.jsonl", launcher)
         stopped_at = time.monotonic()
         assert shared_fs_script("stop", timeout_s=60).returncode == 0
-        _, stderr = launcher.communicate(timeout=60)
+        stdout, stderr = launcher.communicate(timeout=60)
         took = time.monotonic() - stopped_at
     finally:
         if launcher.poll() is None:
             launcher.kill()
         restarted = shared_fs_script("start", timeout_s=300)
     assert restarted.returncode == 0, restarted.stderr
-    assert launcher.returncode != 0, "the run finished before the file system went away: raise LONG_EPOCHS"
-    assert took < 30, f"the run took {took:.0f} s to notice"
-    assert "shared storage went away during the run" in stderr, stderr[-3000:]
-    assert f"{shared_fs} is no longer mounted" in stderr and "scripts/shared_fs.sh start" in stderr
-    assert "Traceback" not in stderr, stderr[-3000:]
+    output = f"stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
+    assert launcher.returncode != 0, f"the run finished before the file system went away: raise LONG_EPOCHS\n{output}"
+    assert took < 30, f"the run took {took:.0f} s to notice\n{output}"
+    assert "shared storage went away during the run" in stderr, output
+    assert f"{shared_fs} is no longer mounted" in stderr and "scripts/shared_fs.sh start" in stderr, output
+    assert "Traceback" not in stderr, output
 
     resumed = run_mpi(RANKS, args, timeout_s=600)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "resume:" in resumed.stdout
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-3000:]
+    assert "resume:" in resumed.stdout, resumed.stdout[-2000:]
     assert_every_sample_each_epoch(tmp_path / "run", LONG_EPOCHS, holds=strategy == "partial")
     if strategy == "partial":
         spec = PlanSpec(SMALL_SAMPLES, RANKS, BATCH, 0.3, 0)
