@@ -116,14 +116,18 @@ class Samples(Dataset):
     def __len__(self) -> int:
         return len(self.catalog)
 
+    def from_shared(self, shared: bool) -> bool:
+        """Whether a read goes to shared storage: asked for, or no store to read instead."""
+        return shared or not self.store_roots
+
     def where(self, sample_id: int, shared: bool = False) -> Path:
-        if shared or not self.store_roots:
+        if self.from_shared(shared):
             return self.catalog.path(sample_id)
         root = self.store_roots[sample_id % len(self.store_roots)]
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
     def read(self, sample_id: int, shared: bool = False) -> bytes:
-        if shared or not self.store_roots:
+        if self.from_shared(shared):
             return self.catalog.read_bytes(sample_id)
         return self.where(sample_id).read_bytes()
 
@@ -149,7 +153,7 @@ class Samples(Dataset):
         try:
             data = self.read(key.sample_id, key.shared)
         except (OSError, ValueError) as err:
-            if isinstance(err, OSError) and (key.shared or not self.store_roots):
+            if isinstance(err, OSError) and self.from_shared(key.shared):
                 check_still_there(self.catalog, err)  # fails the run whatever loader.on_error says
             return self.unreadable(key.sample_id, err, key.shared)
         if key.admit != NOT_CACHED:

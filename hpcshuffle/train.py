@@ -73,7 +73,7 @@ class Trainer:
         virtual = virtual_workers(config, world)  # 0: the workers are this job's ranks
         self.workers = virtual or world.size
         train_catalog, val_catalog = prepare_dataset(world, config)
-        self.shared = describe(train_catalog)  # where GS reads, and how (metrics.jsonl)
+        self.shared = describe(train_catalog) if world.is_root else None  # for rank 0's metrics.jsonl
         try:
             self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed)
         except ValueError as err:
