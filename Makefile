@@ -7,9 +7,9 @@ RANKS ?= 4
 EPOCHS ?= 4
 DEMO := results/demo
 
-.PHONY: install demo test clean
+.PHONY: install simgrid demo test clean
 
-install: $(STAMP)
+install: $(STAMP) simgrid
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -18,13 +18,19 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
+# SimGrid's Python bindings, for `hpcshuffle scale`: Debian's python3-simgrid, linked into the venv
+# (apt-get as root; otherwise one line on how to get it). Not in the stamp, so `make install` run
+# later as root still adds it; a single import when it is already there.
+simgrid: $(STAMP)
+	@bash scripts/install_simgrid.sh $(BIN)/python
+
 # GS, LS and PLS q=0.3 on $(RANKS) mpiexec ranks on the CPU, then the breakdown side by side
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
 
 # -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so
-test: $(STAMP)
+test: $(STAMP) simgrid
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs tests
 
 clean:
