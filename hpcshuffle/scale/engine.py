@@ -1,0 +1,356 @@
+"""One simulated epoch on SimGrid: one actor per rank (and one per rank's data loader).
+
+What the model charges, per rank and iteration (every knob is documented in scale/platform.py):
+
+- **I/O** — reading the batch: ⌈files / loader.workers⌉ per-file latencies; `loader.cpu_per_file`
+  (and a FUSE client's `shared.client_cpu_per_file`) of CPU time per file on the node's cores;
+  the bytes from the node's SSD (a SimGrid disk shared by the node's ranks) or, for shared storage,
+  one open on the metadata service, one random read on the data servers and the bytes from their
+  aggregate bandwidth — each a capacity every reader in the job shares. With `loader.prefetch` > 0
+  a loader actor on the node's CPU reads that many batches ahead, so only the wait for the batch
+  counts, as in the real loop; with 0 the rank reads in the loop.
+- **Exchange** (PLS) — the plan's moves of that iteration, one message per destination through
+  the fat tree (`Comm.sendto_async`), read from the sender's SSD first; the training thread pays
+  `exchange.cpu_per_sample` per sample and waits, one iteration later, for what it posted (the
+  paper's scheduler); received samples are written to the receiver's SSD. **Loans** (locality):
+  the borrower waits for the lender's samples (SSD read + transfer) before its step.
+- **FW+BW** — `batch × fwbw_per_sample` on one of the node's accelerators (or, with none, its CPU
+  cores); more ranks than accelerators share them.
+- **Allreduce** — every rank waits for the slowest (a barrier: synchronous SGD), then an α–β ring
+  model (on a platform without accelerators, CPU time on the node's cores, as gloo's is). A
+  simulated ring would put 2(M−1) messages per rank on the network every iteration, O(M²)
+  events an epoch; the α–β model is what NCCL's own tuner uses, and it is calibrated.
+- **Epoch end** — each rank drains its last exchange messages and disk writes, then a barrier.
+
+SimGrid's engine can run once per process, so `simulate` runs each epoch in a forked child.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from dataclasses import asdict, dataclass
+
+from hpcshuffle.plan import PlanSpec, get_strategy
+from hpcshuffle.scale.platform import Platform
+from hpcshuffle.scale.traffic import EpochTraffic, epoch_traffic
+
+PHASES = ("io", "exchange", "fwbw", "allreduce")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One simulated epoch: `workers` ranks of `shuffle` (q) training `model` on `dataset`."""
+
+    workers: int
+    shuffle: str
+    q: float
+    model: str = "resnet50"
+    dataset: str = "imagenet1k"
+    batch_size: int = 32
+    seed: int = 0
+    epoch: int = 0
+    samples: int | None = None  # overrides the dataset's N (validation against small runs)
+
+    def spec(self, platform: Platform) -> PlanSpec:
+        samples = self.samples or platform.dataset(self.dataset).samples
+        return PlanSpec(samples, self.workers, self.batch_size, get_strategy(self.shuffle).q_for(self.q), self.seed)
+
+
+@dataclass(frozen=True)
+class Result:
+    """Seconds per epoch: `epoch_s` of the slowest rank, each phase the mean over ranks."""
+
+    workers: int
+    shuffle: str
+    q: float
+    epoch_s: float
+    io_s: float
+    exchange_s: float
+    fwbw_s: float
+    allreduce_s: float
+    iterations: int
+    wall_s: float  # real seconds the simulation took
+
+    def phases(self) -> dict[str, float]:
+        return {phase: getattr(self, f"{phase}_s") for phase in PHASES}
+
+
+def simulate(platform: Platform, scenario: Scenario) -> Result:
+    """Simulate one epoch in a forked child (SimGrid's engine runs once per process)."""
+    platform.check_workers(scenario.workers)
+    platform.model(scenario.model)
+    scenario.spec(platform)  # bad shapes fail here, with the plan's message
+    context = multiprocessing.get_context("fork")  # the parent never imports SimGrid
+    receive, send = context.Pipe(duplex=False)
+    child = context.Process(target=_child, args=(send, platform, scenario), daemon=True)
+    child.start()
+    send.close()
+    try:
+        outcome = receive.recv()
+    except EOFError:
+        child.join()
+        raise RuntimeError(f"the simulation of {scenario} died (exit code {child.exitcode})") from None
+    child.join()
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def _child(send, platform: Platform, scenario: Scenario) -> None:
+    try:
+        outcome = _simulate_here(platform, scenario)
+    except BaseException as err:  # handed to the parent, which raises it
+        outcome = err
+    send.send(outcome)
+    send.close()
+    os._exit(0)  # skip interpreter teardown: SimGrid's actor threads are gone with the process
+
+
+def _simulate_here(platform: Platform, scenario: Scenario) -> Result:
+    from hpcshuffle.scale.sg import load_simgrid
+
+    started = time.perf_counter()
+    traffic = epoch_traffic(scenario.spec(platform), scenario.shuffle, scenario.epoch)
+    totals = EpochSimulation(load_simgrid(), platform, scenario, traffic).run()
+    ranks = scenario.workers
+    return Result(
+        workers=ranks, shuffle=scenario.shuffle, q=traffic.spec.q,
+        epoch_s=max(totals["epoch"]), iterations=traffic.iterations,
+        wall_s=time.perf_counter() - started,
+        **{f"{phase}_s": sum(totals[phase]) / ranks for phase in PHASES},
+    )
+
+
+class EpochSimulation:
+    """The SimGrid platform and actors of one epoch; `run()` returns per-rank seconds per phase."""
+
+    def __init__(self, sg, platform: Platform, scenario: Scenario, traffic: EpochTraffic) -> None:
+        self.sg, self.platform, self.traffic = sg, platform, traffic
+        self.ranks = scenario.workers
+        self.model = platform.model(scenario.model)
+        self.sample_bytes = platform.dataset(scenario.dataset).sample_bytes
+        self.allreduce_s = platform.allreduce.seconds(self.ranks, self.model.gradient_bytes)
+        self.engine = sg.Engine(["hpcshuffle-scale", "--log=root.thres:critical",
+                                 "--cfg=network/model:LV08"])
+        self.node_hosts, self.node_disks = self._build_cluster()
+        self.barrier = sg.Barrier(self.ranks)
+        self.totals = {phase: [0.0] * self.ranks for phase in (*PHASES, "epoch")}
+
+    # ---- platform ---------------------------------------------------------------------------
+    def _build_cluster(self):
+        sg, platform = self.sg, self.platform
+        network, used_nodes = platform.network, platform.nodes_for(self.ranks)
+        root = sg.NetZone.create_full_zone("root")
+        hosts, disks = {}, {}
+
+        # every host computes in core-seconds (speed 1): a node's CPU cores, and its accelerators
+        # (in a zone of their own: they compute, the node's host communicates)
+        def add_node(zone, coords, node_id):
+            host = zone.create_host(f"node-{node_id}", 1.0)
+            host.core_count = platform.cpu_cores_per_node
+            disks[node_id] = host.create_disk(f"ssd-{node_id}", platform.local.read_bandwidth,
+                                              platform.local.write_bandwidth)
+            host.seal()
+            hosts[node_id] = host
+            return host.netpoint, None
+
+        def loopback(zone, coords, node_id):
+            link = zone.create_link(f"intra-{node_id}", network.intra_node_bandwidth)
+            link.set_latency(network.intra_node_latency)
+            link.seal()
+            return link
+
+        if network.topology == "fat_tree":
+            levels, down, up, counts = network.fat_tree.split(";")
+            params = sg.FatTreeParams(int(levels), *([int(c) for c in part.split(",")] for part in (down, up, counts)))
+            fabric = sg.NetZone.create_fatTree_zone(
+                "fabric", root, params, sg.ClusterCallbacks(add_node, loopback, None),
+                network.link_bandwidth, network.link_latency, sg.Link.SharingPolicy.SPLITDUPLEX)
+        else:
+            fabric = self._build_star(root, used_nodes, add_node, loopback)
+        fabric.seal()
+        self.compute_hosts = [hosts[node] for node in range(used_nodes)]
+        if platform.accelerators_per_node:
+            devices = sg.NetZone.create_full_zone("accelerators")
+            devices.set_parent(root)
+            self.compute_hosts = []
+            for node in range(used_nodes):
+                device = devices.create_host(f"accelerators-{node}", 1.0)
+                device.core_count = platform.accelerators_per_node
+                self.compute_hosts.append(device.seal())
+            devices.seal()
+        # the shared file system as its capacity, every reader sharing each part: the metadata
+        # service's opens/s, the data servers' random reads/s and their bandwidth. Each is a
+        # SimGrid disk whose "bytes" are files for the first two (a remote Exec stalls in 3.32).
+        storage = sg.NetZone.create_full_zone("storage")
+        storage.set_parent(root)
+        shared = platform.shared
+        servers = storage.create_host("servers", 1.0)
+        self.shared_disks = (
+            (servers.create_disk("opens", shared.metadata_rate, shared.metadata_rate), 1.0),
+            (servers.create_disk("random-reads", shared.read_rate, shared.read_rate), 1.0),
+            (servers.create_disk("bandwidth", shared.read_bandwidth, shared.read_bandwidth), self.sample_bytes),
+        )
+        servers.seal()
+        storage.seal()
+        root.seal()
+        return [hosts[node] for node in range(used_nodes)], [disks[node] for node in range(used_nodes)]
+
+    def _build_star(self, root, nodes, add_node, loopback):
+        sg, network = self.sg, self.platform.network
+        star = sg.NetZone.create_star_zone("fabric")
+        star.set_parent(root)
+        for node in range(nodes):
+            netpoint, _ = add_node(star, [node], node)
+            up = star.create_split_duplex_link(f"port-{node}", network.link_bandwidth)
+            up.set_latency(network.link_latency).seal()
+            star.add_route(netpoint, None, None, None,
+                           [sg.LinkInRoute(up, sg.LinkInRoute.Direction.UP)], True)
+            loop = loopback(star, [node], node)
+            star.add_route(netpoint, netpoint, None, None, [sg.LinkInRoute(loop)], False)
+        return star
+
+    def run(self) -> dict[str, list[float]]:
+        sg = self.sg
+        for rank in range(self.ranks):
+            node = rank // self.platform.ranks_per_node
+            ready, slots = sg.Semaphore(0), sg.Semaphore(self.platform.loader.prefetch)
+            # the rank runs where it computes; its loader on the node's CPU
+            sg.Actor.create(f"rank-{rank}", self.compute_hosts[node], self._rank, rank, ready, slots)
+            if self.platform.loader.prefetch > 0:
+                sg.Actor.create(f"loader-{rank}", self.node_hosts[node], self._loader, rank, ready, slots)
+        self.engine.run()
+        return self.totals
+
+    # ---- actors -----------------------------------------------------------------------------
+    def _read(self, rank: int, local: int, shared: int, on_cpu: bool) -> None:
+        """Read `local` files from the node's SSD and `shared` from shared storage (blocking).
+
+        `on_cpu`: the calling actor runs on the node's CPU host, where the read's CPU time contends.
+        """
+        sg, platform, workers = self.sg, self.platform, self.platform.loader.workers
+        files = local + shared
+        if files == 0:
+            return
+        latency = -(-local // workers) * platform.local.file_latency + -(-shared // workers) * platform.shared.file_latency
+        sg.this_actor.sleep_for(latency)
+        self._cpu(files * platform.loader.cpu_per_file + shared * platform.shared.client_cpu_per_file, on_cpu)
+        activities = []
+        if local:
+            activities.append(self.node_disks[rank // platform.ranks_per_node].read_async(int(local * self.sample_bytes)))
+        if shared:
+            activities += [disk.read_async(int(shared * unit)) for disk, unit in self.shared_disks]
+        for activity in activities:
+            activity.wait()
+
+    def _cpu(self, seconds: float, on_cpu: bool) -> None:
+        """Spend `seconds` of one CPU core: contended on the node's cores where the actor runs there;
+        an actor on an accelerator just waits (SimGrid 3.32's Python bindings stall on an Exec
+        placed on another host, and its 10 cores per GPU are rarely the bottleneck)."""
+        if on_cpu:
+            self.sg.this_actor.execute(seconds)
+        else:
+            self.sg.this_actor.sleep_for(seconds)
+
+    def _loader(self, rank: int, ready, slots) -> None:
+        """Read batches ahead of the training loop, at most `loader.prefetch` of them."""
+        for iteration in range(self.traffic.iterations):
+            slots.acquire()
+            self._read(rank, int(self.traffic.local_reads[rank, iteration]),
+                       int(self.traffic.shared_reads[rank, iteration]), on_cpu=True)
+            ready.release()
+
+    def _rank(self, rank: int, ready, slots) -> None:
+        sg, traffic, platform = self.sg, self.traffic, self.platform
+
+        def clock() -> float:
+            return sg.Engine.clock  # a static property: the simulated time now
+        node = rank // platform.ranks_per_node
+        sends, loans = traffic.sends.of(rank), traffic.loans.of(rank)
+        totals = {phase: 0.0 for phase in PHASES}
+        posted: list = []  # exchange messages of the previous iteration, and where they land
+        writes: list = []
+        prefetching = platform.loader.prefetch > 0
+        started = clock()
+        for iteration in range(traffic.iterations):
+            mark = clock()
+            if prefetching:
+                ready.acquire()
+                slots.release()
+            else:
+                self._read(rank, int(traffic.local_reads[rank, iteration]), int(traffic.shared_reads[rank, iteration]),
+                           on_cpu=not platform.accelerators_per_node)
+            totals["io"] += clock() - mark
+
+            mark = clock()
+            writes += self._land(posted)
+            posted = self._post(node, sends.get(iteration, ()))
+            self._borrow(node, loans.get(iteration, ()))
+            totals["exchange"] += clock() - mark
+
+            mark = clock()
+            start, stop = traffic.spec.batch_bounds(iteration)
+            sg.this_actor.execute((stop - start) * self.model.fwbw_per_sample)
+            totals["fwbw"] += clock() - mark
+
+            mark = clock()
+            self.barrier.wait()
+            # without accelerators the allreduce (gloo) is the CPU's work too, and contends
+            self._cpu(self.allreduce_s, on_cpu=not platform.accelerators_per_node)
+            totals["allreduce"] += clock() - mark
+
+        mark = clock()
+        writes += self._land(posted)
+        for write in writes:
+            write.wait()
+        totals["exchange"] += clock() - mark
+        mark = clock()
+        self.barrier.wait()
+        totals["allreduce"] += clock() - mark
+        for phase, seconds in totals.items():
+            self.totals[phase][rank] = seconds
+        self.totals["epoch"][rank] = clock() - started
+
+    def _post(self, node: int, messages) -> list:
+        """Read this iteration's outgoing samples, frame them, and start one message per destination."""
+        if not messages:
+            return []
+        sg, platform = self.sg, self.platform
+        samples = sum(count for _, count in messages)
+        self.node_disks[node].read(int(samples * self.sample_bytes))
+        self._cpu(samples * platform.exchange.cpu_per_sample, on_cpu=not platform.accelerators_per_node)
+        posted = []
+        for peer, count in messages:
+            peer_node = peer // platform.ranks_per_node
+            comm = sg.Comm.sendto_async(self.node_hosts[node], self.node_hosts[peer_node], int(count * self.sample_bytes))
+            posted.append((comm, peer_node, count))
+        return posted
+
+    def _land(self, posted) -> list:
+        """Wait for the previous iteration's messages; their samples are written at the receivers."""
+        writes = []
+        for comm, peer_node, count in posted:
+            comm.wait()
+            writes.append(self.node_disks[peer_node].write_async(int(count * self.sample_bytes)))
+        return writes
+
+    def _borrow(self, node: int, loans) -> None:
+        """Fetch this step's borrowed samples from the lenders' SSDs before training on them."""
+        activities = []
+        for lender, count in loans:
+            lender_node = lender // self.platform.ranks_per_node
+            size = int(count * self.sample_bytes)
+            activities.append(self.node_disks[lender_node].read_async(size))
+            activities.append(self.sg.Comm.sendto_async(self.node_hosts[lender_node], self.node_hosts[node], size))
+        for activity in activities:
+            activity.wait()
+
+
+def result_row(result: Result) -> dict:
+    """The `--json` row of one result (seconds per epoch)."""
+    row = asdict(result)
+    row.pop("wall_s")
+    row.pop("iterations")
+    return row
