@@ -1,0 +1,96 @@
+"""`hpcshuffle scale`: simulated epochs at scale on SimGrid; `scale calibrate`, `scale validate`.
+
+    hpcshuffle scale --platform abci --workers 128 512 --shuffle global local partial --q 0.1 [--json]
+    hpcshuffle scale --platform abci --workers 256 512 1024 --recommend [--tolerance 0.1]
+    hpcshuffle scale calibrate RUN_DIR... [--out conf/platform/this_machine.yaml]
+    hpcshuffle scale validate RUN_DIR... [--platform this_machine]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from hpcshuffle.plan import STRATEGIES, get_strategy, run_label, with_role
+from hpcshuffle.scale.engine import PHASES, Result, Scenario, result_row
+from hpcshuffle.scale.platform import load_platform
+from hpcshuffle.scale.recommend import DEFAULT_QS, recommendation_table, simulate_all
+
+
+def add_parser(commands: argparse._SubParsersAction) -> None:
+    scale = commands.add_parser("scale", help="simulate epochs at 16-4,096 workers on SimGrid (calibrate, validate)",
+                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_simulation_arguments(scale)
+    scale.add_argument("--shuffle", nargs="+", choices=sorted(STRATEGIES), default=["global", "local", "partial"])
+    scale.add_argument("--q", type=float, nargs="+", default=None,
+                       help="exchange rates of partial shuffling (default 0.1; with --recommend the q to search)")
+    scale.add_argument("--recommend", action="store_true",
+                       help="per worker count, the largest q whose epoch stays within --tolerance of LS")
+    scale.add_argument("--tolerance", type=float, default=0.10, help="allowed slowdown over LS (default 0.10)")
+    scale.add_argument("--json", action="store_true", help='print {"platform", "runs": [...]} (seconds per epoch)')
+    scale.set_defaults(run=cmd_scale)
+    actions = scale.add_subparsers(dest="action", required=False)
+    from hpcshuffle.cli import scale_calibrate  # noqa: PLC0415 (keeps this module about simulation)
+
+    scale_calibrate.add_parsers(actions)
+
+
+def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--platform", default="abci", help="conf/platform/<name>.yaml or a yaml path (default abci)")
+    parser.add_argument("--workers", type=int, nargs="+", default=[128], metavar="M")
+    parser.add_argument("--model", default="resnet50", help="a key of the platform's models: (default resnet50)")
+    parser.add_argument("--dataset", default="imagenet1k", help="a key of the platform's datasets: (default imagenet1k)")
+    parser.add_argument("--batch", type=int, default=32, help="b, samples per rank per iteration (default 32)")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="simulations at a time, each its own process (≤ 4 GiB at 2,048 workers)")
+
+
+def cmd_scale(args: argparse.Namespace) -> None:
+    platform = load_platform(args.platform)
+    for workers in args.workers:
+        platform.check_workers(workers)  # before hours of simulation, not after
+    if args.recommend:
+        scenarios = scenarios_of(args, ["local", "partial"], args.q or list(DEFAULT_QS))
+        results = simulate_all(platform, scenarios, _progress, args.jobs)
+        print(recommendation_table(results, args.tolerance))
+        return
+    results = simulate_all(platform, scenarios_of(args, args.shuffle, args.q or [0.1]), _progress, args.jobs)
+    if args.json:
+        print(json.dumps({"platform": platform.name, "runs": [result_row(r) for r in results]}))
+    else:
+        print(results_table(platform.name, args, results))
+
+
+def scenarios_of(args: argparse.Namespace, shuffles: list[str], qs: list[float]) -> list[Scenario]:
+    """One scenario per worker count × strategy (× q for a strategy whose q is the user's)."""
+    scenarios = []
+    for workers in args.workers:
+        for shuffle in shuffles:
+            strategy = get_strategy(shuffle)
+            for q in ([strategy.fixed_q] if strategy.fixed_q is not None else qs):
+                scenarios.append(Scenario(workers, shuffle, q, args.model, args.dataset, args.batch, args.seed))
+    return scenarios
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def results_table(platform: str, args: argparse.Namespace, results: list[Result]) -> str:
+    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count."""
+    baseline = {r.workers: r.epoch_s for r in results if r.shuffle == with_role("baseline").name}
+    lines = [
+        f"platform {platform}: {args.model} on {args.dataset}, b={args.batch} per rank; seconds per epoch "
+        "(epoch: slowest rank; phases: mean over ranks)",
+        f"{'workers':>7} {'run':<12} {'iters':>6} {'epoch':>9} " + " ".join(f"{p:>9}" for p in PHASES)
+        + f" {'vs LS':>6} {'sim wall':>9}",
+    ]
+    for r in results:
+        ratio = f"{r.epoch_s / baseline[r.workers]:.2f}" if r.workers in baseline else "-"
+        lines.append(
+            f"{r.workers:>7} {run_label(r.shuffle, r.q):<12} {r.iterations:>6} {r.epoch_s:>9.2f} "
+            + " ".join(f"{value:>9.2f}" for value in r.phases().values()) + f" {ratio:>6} {r.wall_s:>8.1f}s"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,58 @@
+"""Which q can a cluster afford? Per worker count, the largest q whose simulated epoch stays
+within a tolerance of local shuffling's (tune-q answers the other half: which q accuracy needs).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from hpcshuffle.plan import with_role
+from hpcshuffle.scale.engine import Result, Scenario, simulate
+from hpcshuffle.scale.platform import Platform
+
+DEFAULT_QS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
+
+
+def simulate_all(platform: Platform, scenarios: list[Scenario], progress: Callable[[str], None],
+                 jobs: int = 1) -> list[Result]:
+    """Every scenario, `jobs` simulations at a time (each is its own process), in the given order."""
+
+    def one(numbered: tuple[int, Scenario]) -> Result:
+        number, scenario = numbered
+        result = simulate(platform, scenario)
+        progress(f"[{number}/{len(scenarios)}] {scenario.shuffle} q={result.q:g} at {scenario.workers} workers: "
+                 f"epoch {result.epoch_s:.1f} s simulated in {result.wall_s:.0f} s")
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, enumerate(scenarios, 1)))
+
+
+def affordable_q(results: list[Result], tolerance: float) -> dict[int, tuple[float | None, float]]:
+    """Per worker count: (the largest q with epoch ≤ (1 + tolerance) × LS's epoch, or None; LS's epoch)."""
+    if tolerance < 0:
+        raise ValueError(f"tolerance must be >= 0 (a fraction of LS's epoch, e.g. 0.1), got {tolerance}")
+    baseline = with_role("baseline").name
+    answer: dict[int, tuple[float | None, float]] = {}
+    for workers in sorted({r.workers for r in results}):
+        runs = [r for r in results if r.workers == workers]
+        local = next((r.epoch_s for r in runs if r.shuffle == baseline), None)
+        if local is None:
+            raise ValueError(f"no {baseline} run at {workers} workers to compare with")
+        within = [r.q for r in runs if r.shuffle != baseline and r.epoch_s <= (1 + tolerance) * local]
+        answer[workers] = (max(within) if within else None, local)
+    return answer
+
+
+def recommendation_table(results: list[Result], tolerance: float) -> str:
+    answer = affordable_q(results, tolerance)
+    lines = [f"largest q whose simulated epoch is within {tolerance:.0%} of local shuffling's",
+             f"{'workers':>7} {'LS epoch s':>11} {'q':>6}   epoch / LS per q"]
+    for workers, (q, local) in answer.items():
+        ratios = "  ".join(f"{r.q:g}:{r.epoch_s / local:.2f}" for r in results
+                           if r.workers == workers and r.shuffle != with_role("baseline").name)
+        lines.append(f"{workers:>7} {local:>11.1f} {('none' if q is None else f'{q:g}'):>6}   {ratios}")
+    lines.append("tune-q names the q accuracy needs (hpcshuffle tune-q RUNS...); run the larger of the two "
+                 "only if this cluster affords it")
+    return "\n".join(lines)
