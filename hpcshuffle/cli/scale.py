@@ -13,9 +13,9 @@ import json
 import sys
 
 from hpcshuffle.plan import STRATEGIES, get_strategy, run_label, with_role
-from hpcshuffle.scale.engine import PHASES, Result, Scenario, result_row
+from hpcshuffle.scale.engine import PHASES, Result, Scenario, check_scenario, result_row
 from hpcshuffle.scale.platform import load_platform
-from hpcshuffle.scale.recommend import DEFAULT_QS, recommendation_table, simulate_all
+from hpcshuffle.scale.recommend import DEFAULT_QS, affordable_q, recommendation_table, simulate_all
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -49,14 +49,17 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_scale(args: argparse.Namespace) -> None:
     platform = load_platform(args.platform)
-    for workers in args.workers:
-        platform.check_workers(workers)  # before hours of simulation, not after
     if args.recommend:
+        affordable_q([], args.tolerance)  # a bad --tolerance fails here
         scenarios = scenarios_of(args, ["local", "partial"], args.q or list(DEFAULT_QS))
-        results = simulate_all(platform, scenarios, _progress, args.jobs)
+    else:
+        scenarios = scenarios_of(args, args.shuffle, args.q or [0.1])
+    for scenario in scenarios:
+        check_scenario(platform, scenario)  # before hours of simulation, not after
+    results = simulate_all(platform, scenarios, _progress, args.jobs)
+    if args.recommend:
         print(recommendation_table(results, args.tolerance))
         return
-    results = simulate_all(platform, scenarios_of(args, args.shuffle, args.q or [0.1]), _progress, args.jobs)
     if args.json:
         print(json.dumps({"platform": platform.name, "runs": [result_row(r) for r in results]}))
     else:

@@ -54,7 +54,7 @@ class Scenario:
     samples: int | None = None  # overrides the dataset's N (validation against small runs)
 
     def spec(self, platform: Platform) -> PlanSpec:
-        samples = self.samples or platform.dataset(self.dataset).samples
+        samples = platform.dataset(self.dataset).samples if self.samples is None else self.samples
         return PlanSpec(samples, self.workers, self.batch_size, get_strategy(self.shuffle).q_for(self.q), self.seed)
 
 
@@ -77,11 +77,16 @@ class Result:
         return {phase: getattr(self, f"{phase}_s") for phase in PHASES}
 
 
-def simulate(platform: Platform, scenario: Scenario) -> Result:
-    """Simulate one epoch in a forked child (SimGrid's engine runs once per process)."""
+def check_scenario(platform: Platform, scenario: Scenario) -> None:
+    """Raise what `simulate` would refuse `scenario` for (capacity, model, dataset, the plan's shape)."""
     platform.check_workers(scenario.workers)
     platform.model(scenario.model)
     scenario.spec(platform)  # bad shapes fail here, with the plan's message
+
+
+def simulate(platform: Platform, scenario: Scenario) -> Result:
+    """Simulate one epoch in a forked child (SimGrid's engine runs once per process)."""
+    check_scenario(platform, scenario)
     context = multiprocessing.get_context("fork")  # the parent never imports SimGrid
     receive, send = context.Pipe(duplex=False)
     child = context.Process(target=_child, args=(send, platform, scenario), daemon=True)
@@ -214,15 +219,35 @@ class EpochSimulation:
 
     def run(self) -> dict[str, list[float]]:
         sg = self.sg
+        self.failure: Exception | None = None
+        self.finished = 0
         for rank in range(self.ranks):
             node = rank // self.platform.ranks_per_node
             ready, slots = sg.Semaphore(0), sg.Semaphore(self.platform.loader.prefetch)
             # the rank runs where it computes; its loader on the node's CPU
-            sg.Actor.create(f"rank-{rank}", self.compute_hosts[node], self._rank, rank, ready, slots)
+            sg.Actor.create(f"rank-{rank}", self.compute_hosts[node], self._guarded(self._rank), rank, ready, slots)
             if self.platform.loader.prefetch > 0:
-                sg.Actor.create(f"loader-{rank}", self.node_hosts[node], self._loader, rank, ready, slots)
+                sg.Actor.create(f"loader-{rank}", self.node_hosts[node], self._guarded(self._loader),
+                                rank, ready, slots)
         self.engine.run()
+        if self.failure is not None:
+            raise self.failure
+        if self.finished != self.ranks:
+            raise RuntimeError(
+                f"the simulation deadlocked: {self.ranks - self.finished} of {self.ranks} ranks never finished "
+                "the epoch (a platform bandwidth or rate of 0?)")
         return self.totals
+
+    def _guarded(self, body):
+        """`body` as an actor whose Python error is kept for `run` to raise (SimGrid would abort the process)."""
+        def actor(*args) -> None:
+            try:
+                body(*args)
+            except self.sg.ActorKilled:  # SimGrid ending a deadlocked run unwinds its actors
+                raise
+            except Exception as err:  # the others then block and SimGrid ends the run as a deadlock
+                self.failure = self.failure or err
+        return actor
 
     # ---- actors -----------------------------------------------------------------------------
     def _read(self, rank: int, local: int, shared: int, on_cpu: bool) -> None:
@@ -312,6 +337,7 @@ class EpochSimulation:
         for phase, seconds in totals.items():
             self.totals[phase][rank] = seconds
         self.totals["epoch"][rank] = clock() - started
+        self.finished += 1
 
     def _post(self, node: int, messages) -> list:
         """Read this iteration's outgoing samples, frame them, and start one message per destination."""

@@ -185,6 +185,10 @@ TABLES = {"models": Model, "datasets": Dataset}
 SCALARS = {"name": str, "description": str, "nodes": int, "ranks_per_node": int, "cpu_cores_per_node": int,
            "accelerators_per_node": int}
 OPTIONAL = {"description", "calibration"}
+# capacities the simulation divides by or waits on: 0 would deadlock SimGrid or divide by zero
+POSITIVE = {(Network, "link_bandwidth"), (Network, "intra_node_bandwidth"), (LocalStore, "read_bandwidth"),
+            (LocalStore, "write_bandwidth"), (SharedStorage, "read_bandwidth"), (SharedStorage, "read_rate"),
+            (SharedStorage, "metadata_rate"), (Loader, "workers"), (Allreduce, "bandwidth")}
 
 
 def platform_path(name_or_path: str) -> Path:
@@ -265,6 +269,8 @@ def _section(raw: Any, cls: type, source: str, key: str):
         values[name] = _scalar(value, kind, source, f"{key}.{name}")
         if kind is not str and values[name] < 0:
             raise PlatformError(f"{source}: {key}.{name} must be >= 0, got {value}")
+        if (cls, name) in POSITIVE and values[name] == 0:
+            raise PlatformError(f"{source}: {key}.{name} must be > 0 (a capacity of 0 never finishes), got {value}")
     return cls(**values)
 
 
@@ -275,6 +281,8 @@ def _scalar(value: Any, kind: type, source: str, key: str):
         number = float(value)
     except (TypeError, ValueError):
         raise PlatformError(f"{source}: {key} must be a number, got {value!r}") from None
+    if not math.isfinite(number):
+        raise PlatformError(f"{source}: {key} must be a finite number, got {value!r}")
     if kind is int:
         if number != int(number):
             raise PlatformError(f"{source}: {key} must be a whole number, got {value!r}")

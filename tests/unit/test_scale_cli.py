@@ -1,0 +1,189 @@
+"""`hpcshuffle scale` (hpcshuffle/cli/scale.py) on the 16-node test platform: the --json document's
+exact shape, the table, --recommend, and usage errors that fail before anything is simulated."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from hpcshuffle.cli import main
+from hpcshuffle.scale import recommend
+from hpcshuffle.scale.engine import Scenario, result_row, simulate
+from hpcshuffle.scale.platform import load_platform
+
+TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
+# 2,048 samples of the tiny dataset: at 4 workers and b = 8, 64 iterations (≈ 0.2 s simulated each run)
+ON_TINY = ["--platform", str(TINY), "--model", "tiny", "--dataset", "tiny", "--batch", "8"]
+ROW_KEYS = ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s"]
+
+
+def scale(capsys, *args: str) -> tuple[str, str]:
+    main(["scale", *args])
+    captured = capsys.readouterr()
+    return captured.out, captured.err
+
+
+def scale_error(capsys, *args: str) -> str:
+    """Run a command that must be refused: exit code 2, nothing on stdout; returns stderr."""
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scale", *args])
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+@pytest.fixture
+def nothing_simulated(monkeypatch):
+    """Fail the test if the command simulates anything."""
+    def refuse(platform, scenario):
+        raise AssertionError(f"simulated {scenario} before refusing the command")
+    monkeypatch.setattr(recommend, "simulate", refuse)
+
+
+# ---- --json -----------------------------------------------------------------------------------
+
+def test_json_has_one_row_per_run_with_exactly_the_documented_keys(capsys):
+    out, err = scale(capsys, *ON_TINY, "--workers", "4", "--shuffle", "global", "local", "--json")
+    doc = json.loads(out)
+    assert list(doc) == ["platform", "runs"]
+    assert doc["platform"] == "tiny"
+    assert [list(row) for row in doc["runs"]] == [ROW_KEYS, ROW_KEYS]
+    runs = [(row["workers"], row["shuffle"], row["q"]) for row in doc["runs"]]
+    assert runs == [(4, "global", 1.0), (4, "local", 0.0)]
+    for row in doc["runs"]:
+        assert all(isinstance(row[key], float) and row[key] >= 0 for key in ROW_KEYS[3:])
+        assert row["epoch_s"] > 0
+    # one progress line per run, on stderr
+    assert [line.split(" ", 1)[0] for line in err.splitlines() if line.startswith("[")] == ["[1/2]", "[2/2]"]
+
+
+def test_json_rows_are_what_simulate_returns(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--shuffle", "local", "--json")
+    (row,) = json.loads(out)["runs"]
+    direct = simulate(load_platform(str(TINY)), Scenario(4, "local", 0.0, "tiny", "tiny", 8, 0))
+    assert row == json.loads(json.dumps(result_row(direct)))
+
+
+def test_json_has_one_row_per_workers_shuffle_and_q(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "2", "4", "--shuffle", "local", "partial", "--q", "0.1", "0.3",
+                   "--json")
+    runs = json.loads(out)["runs"]
+    assert [(r["workers"], r["shuffle"], r["q"]) for r in runs] == [
+        (2, "local", 0.0), (2, "partial", 0.1), (2, "partial", 0.3),
+        (4, "local", 0.0), (4, "partial", 0.1), (4, "partial", 0.3),
+    ]
+    assert all(list(r) == ROW_KEYS for r in runs)
+    assert all(r["exchange_s"] > 0 for r in runs if r["shuffle"] == "partial")
+    assert all(r["exchange_s"] == 0 for r in runs if r["shuffle"] == "local")
+
+
+def test_json_on_stdout_is_only_the_document_from_a_real_process():
+    """SimGrid's own logging (from C++, in the simulating child) must stay off stdout."""
+    done = subprocess.run([sys.executable, "-m", "hpcshuffle.cli", "scale", *ON_TINY, "--workers", "2",
+                           "--shuffle", "local", "--json"], check=False, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(done.stdout)
+    assert [(r["workers"], r["shuffle"]) for r in doc["runs"]] == [(2, "local")]
+
+
+def test_q_defaults_to_0_1_for_partial(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "2", "--shuffle", "partial", "--json")
+    assert [(r["shuffle"], r["q"]) for r in json.loads(out)["runs"]] == [("partial", 0.1)]
+
+
+# ---- the table -------------------------------------------------------------------------------------
+
+def test_table_has_one_line_per_run_and_the_ratio_to_local(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--shuffle", "global", "local", "partial", "--q", "0.3")
+    lines = out.splitlines()
+    assert lines[0].startswith("platform tiny: tiny on tiny, b=8 per rank; seconds per epoch")
+    assert lines[1].split()[:4] == ["workers", "run", "iters", "epoch"]
+    rows = {line.split()[1]: line.split() for line in lines[2:]}
+    assert list(rows) == ["global", "local", "partial-0.3"]
+    assert all(row[0] == "4" and row[2] == "64" for row in rows.values())
+    assert rows["local"][-2] == "1.00"  # vs LS
+    assert float(rows["global"][-2]) > 1.0  # shared storage's 1 ms per file vs the SSD's 0.1 ms
+
+
+# ---- --recommend ------------------------------------------------------------------------------
+
+def test_recommend_prints_one_line_per_worker_count(capsys):
+    out, err = scale(capsys, *ON_TINY, "--workers", "2", "4", "--recommend", "--q", "0.1", "0.3",
+                     "--tolerance", "100")
+    assert "within 10000% of local shuffling's" in out
+    by_workers = {int(line.split()[0]): line.split() for line in out.splitlines() if line.split()[0].isdigit()}
+    assert list(by_workers) == [2, 4]
+    # any q fits within 100 × LS's epoch: the answer is the largest searched
+    assert by_workers[2][2] == by_workers[4][2] == "0.3"
+    assert [token.split(":")[0] for token in by_workers[4][3:]] == ["0.1", "0.3"]
+    assert len([line for line in err.splitlines() if line.startswith("[")]) == 2 * 3  # local + 2 q per count
+
+
+def test_recommend_with_a_tolerance_nothing_meets(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--recommend", "--q", "0.5", "--tolerance", "0")
+    (line,) = [line for line in out.splitlines() if line.split()[0].isdigit()]
+    assert line.split()[:1] + line.split()[2:3] == ["4", "none"]  # PLS at q=0.5 costs more than LS
+
+
+# ---- usage errors -----------------------------------------------------------------------------
+
+def test_unknown_platform_lists_the_known_ones(capsys, nothing_simulated):
+    err = scale_error(capsys, "--platform", "nowhere", "--workers", "4")
+    assert err.startswith("hpcshuffle scale: error: unknown platform 'nowhere'")
+    assert "'abci'" in err and "'lassen'" in err
+
+
+def test_missing_platform_file_is_named(capsys, nothing_simulated, tmp_path):
+    err = scale_error(capsys, "--platform", str(tmp_path / "nowhere.yaml"), "--workers", "4")
+    assert f"platform file {tmp_path / 'nowhere.yaml'} does not exist" in err
+
+
+def test_workers_beyond_capacity_fail_before_simulating_anything(capsys, nothing_simulated):
+    err = scale_error(capsys, *ON_TINY, "--workers", "4", "33", "--shuffle", "local")
+    assert "holds at most 32 ranks" in err and "asked for 33" in err
+    assert "[1/" not in err  # no progress line: nothing ran
+
+
+def test_workers_beyond_abcis_capacity(capsys, nothing_simulated):
+    err = scale_error(capsys, "--platform", "abci", "--workers", "5000")
+    assert "holds at most 4352 ranks" in err
+
+
+def test_zero_workers_is_refused(capsys, nothing_simulated):
+    assert "workers must be >= 1, got 0" in scale_error(capsys, *ON_TINY, "--workers", "0")
+
+
+@pytest.mark.parametrize("option, value, message", [
+    ("--model", "bogus", "describes no model 'bogus'; choose one of ['tiny']"),
+    ("--dataset", "bogus", "describes no dataset 'bogus'; choose one of ['tiny']"),
+])
+def test_unknown_model_or_dataset_is_refused(capsys, option, value, message):
+    args = [*ON_TINY, "--workers", "4", "--shuffle", "local"]
+    args[args.index(option) + 1] = value
+    assert message in scale_error(capsys, *args)
+
+
+def test_unknown_shuffle_is_an_argparse_error(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["scale", *ON_TINY, "--workers", "4", "--shuffle", "random"])
+    assert exit_info.value.code == 2
+    assert "invalid choice: 'random'" in capsys.readouterr().err
+
+
+# Both below are "before hours of simulation, not after": cmd_scale checks the worker counts up
+# front, but not the rest of what a scenario needs.
+
+def test_a_batch_too_large_for_one_worker_count_fails_before_simulating_anything(capsys, nothing_simulated):
+    # 2,048 / 4 = 512 >= 100, but 2,048 / 32 = 64 < 100: the 4-worker runs must not be simulated first
+    err = scale_error(capsys, *ON_TINY[:-1], "100", "--workers", "4", "32", "--shuffle", "local")
+    assert "batch size 100 is larger than a worker's share ⌊N/M⌋ = ⌊2048/32⌋ = 64" in err
+
+
+def test_a_negative_tolerance_fails_before_simulating_anything(capsys, nothing_simulated):
+    err = scale_error(capsys, *ON_TINY, "--workers", "4", "--recommend", "--tolerance", "-0.1")
+    assert "tolerance must be >= 0" in err
