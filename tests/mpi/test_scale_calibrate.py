@@ -1,0 +1,68 @@
+"""`hpcshuffle scale calibrate` and `scale validate` on the real runs in results/reference/epoch_time/.
+
+Calibration runs an `mpiexec -n 2` ping-pong, hence the mpi tier.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hpcshuffle.scale.calibrate import read_runs
+from hpcshuffle.scale.platform import PlatformError, load_platform
+from hpcshuffle.scale.validate import TOLERANCE, validate
+from tests.conftest import REPO, mpi_env
+
+RUNS = sorted(str(path) for path in (REPO / "results/reference/epoch_time").glob("M*/*"))
+SAMPLE_BYTES = "1520"  # the mean PNG of the runs' synthetic 32×32 set (not kept in the repository)
+
+
+def scale(*args: str) -> subprocess.CompletedProcess:
+    command = [sys.executable, "-m", "hpcshuffle.cli", "scale", *args]
+    return subprocess.run(command, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.mpi
+def test_calibrate_writes_a_platform_that_replays_the_runs(tmp_path: Path) -> None:
+    out = tmp_path / "here.yaml"
+    done = scale("calibrate", *RUNS, "--out", str(out), "--name", "here", "--sample-bytes", SAMPLE_BYTES, "--cores", "2")
+    assert done.returncode == 0, done.stderr
+    platform = load_platform(str(out))
+    assert (platform.cpu_cores_per_node, platform.accelerators_per_node, platform.ranks_per_node) == (2, 0, 4)
+    (model,) = platform.models.values()
+    assert 0 < model.fwbw_per_sample < 0.01 and 0 < platform.loader.cpu_per_file < 0.01
+    assert platform.shared.client_cpu_per_file > platform.loader.cpu_per_file  # GS read the FUSE mount
+    assert platform.network.link_bandwidth > 1e8  # a real ping-pong, not a default
+    rows = validate(platform, read_runs(RUNS), progress=lambda line: None, jobs=2)
+    epochs = [row for row in rows if row["phase"] == "epoch"]
+    assert len(epochs) == len(RUNS)
+    for row in epochs:  # the whole epoch of every run within the tolerance
+        assert abs(row["error"]) <= TOLERANCE, row
+
+
+def test_runs_of_different_workloads_are_refused(tmp_path: Path) -> None:
+    other = tmp_path / "other"
+    shutil.copytree(RUNS[0], other)
+    config = yaml.safe_load((other / "config.yaml").read_text())
+    config["model"]["name"] = "resnet50"
+    (other / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(PlatformError, match="different workloads.*model 'small_cnn'.*'resnet50'"):
+        read_runs([RUNS[0], str(other)])
+
+
+def test_a_directory_without_metrics_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(PlatformError, match="not a run directory: config.yaml is missing"):
+        read_runs([str(tmp_path)])
+
+
+def test_validate_prints_every_phase_of_every_run() -> None:
+    done = scale("validate", *RUNS, "--platform", "this_machine", "--jobs", "2")
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert sum(line.split()[1] == "epoch" for line in lines[1:-1]) == len(RUNS)
+    assert lines[-1].endswith("measured epoch apart)") and f"/{5 * len(RUNS)} phases agree" in lines[-1]
