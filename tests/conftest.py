@@ -131,3 +131,15 @@ def shared_fs() -> Path:
     yield mount
     if started:
         subprocess.run([*SHARED_FS, "stop"], check=False, cwd=REPO, capture_output=True, timeout=120)
+
+
+def cli_error(capsys, *argv: str) -> str:
+    """Run `hpcshuffle ARGV` that must be refused: exit code 2, nothing on stdout; returns stderr."""
+    from hpcshuffle.cli import main
+
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(argv))
+    assert exit_info.value.code == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err

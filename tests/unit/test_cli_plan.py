@@ -11,6 +11,7 @@ import pytest
 
 from hpcshuffle.cli import main
 from hpcshuffle.plan import PlanSpec, plan_epochs
+from tests.conftest import cli_error
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -18,15 +19,6 @@ REPO = Path(__file__).resolve().parents[2]
 def run_plan(capsys, *args):
     main(["plan", *args])
     return capsys.readouterr().out
-
-
-def run_plan_error(capsys, *args) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(["plan", *args])
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return captured.err
 
 
 @pytest.mark.parametrize(
@@ -120,7 +112,7 @@ def test_plan_summary_bound_is_exact(capsys):
 
 
 def test_partial_without_q_exits_2(capsys):
-    err = run_plan_error(capsys, "--samples", "100", "--workers", "4", "--shuffle", "partial", "--batch", "5")
+    err = cli_error(capsys, "plan", "--samples", "100", "--workers", "4", "--shuffle", "partial", "--batch", "5")
     assert "--q" in err
     assert err.startswith("hpcshuffle plan: error:")
     assert "Traceback" not in err
@@ -128,25 +120,25 @@ def test_partial_without_q_exits_2(capsys):
 
 @pytest.mark.parametrize("shuffle", ["local", "global"])
 def test_fixed_q_shuffle_with_q_exits_2(capsys, shuffle):
-    err = run_plan_error(capsys, "--samples", "100", "--workers", "4", "--shuffle", shuffle, "--q", "0.3",
+    err = cli_error(capsys, "plan", "--samples", "100", "--workers", "4", "--shuffle", shuffle, "--q", "0.3",
                          "--batch", "5")
     assert "partial" in err and "0.3" in err
 
 
 @pytest.mark.parametrize("q", ["2", "-0.5"])
 def test_q_out_of_range_exits_2(capsys, q):
-    err = run_plan_error(capsys, "--samples", "100", "--workers", "4", "--shuffle", "partial", "--q", q,
+    err = cli_error(capsys, "plan", "--samples", "100", "--workers", "4", "--shuffle", "partial", "--q", q,
                          "--batch", "5")
     assert "q must be in [0, 1]" in err
 
 
 def test_more_workers_than_samples_exits_2(capsys):
-    err = run_plan_error(capsys, "--samples", "3", "--workers", "5", "--shuffle", "local", "--batch", "1")
+    err = cli_error(capsys, "plan", "--samples", "3", "--workers", "5", "--shuffle", "local", "--batch", "1")
     assert "more workers (5) than samples (3)" in err
 
 
 def test_batch_too_large_exits_2(capsys):
-    err = run_plan_error(capsys, "--samples", "100", "--workers", "4", "--shuffle", "local")  # default b=32 > 25
+    err = cli_error(capsys, "plan", "--samples", "100", "--workers", "4", "--shuffle", "local")  # default b=32 > 25
     assert "batch size 32 is larger" in err
 
 

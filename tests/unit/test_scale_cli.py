@@ -14,6 +14,7 @@ from hpcshuffle.cli import main
 from hpcshuffle.scale import recommend
 from hpcshuffle.scale.engine import Scenario, result_row, simulate
 from hpcshuffle.scale.platform import load_platform
+from tests.conftest import cli_error
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 # 2,048 samples of the tiny dataset: at 4 workers and b = 8, 64 iterations (≈ 0.2 s simulated each run)
@@ -25,16 +26,6 @@ def scale(capsys, *args: str) -> tuple[str, str]:
     main(["scale", *args])
     captured = capsys.readouterr()
     return captured.out, captured.err
-
-
-def scale_error(capsys, *args: str) -> str:
-    """Run a command that must be refused: exit code 2, nothing on stdout; returns stderr."""
-    with pytest.raises(SystemExit) as exit_info:
-        main(["scale", *args])
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return captured.err
 
 
 @pytest.fixture
@@ -133,29 +124,29 @@ def test_recommend_with_a_tolerance_nothing_meets(capsys):
 # ---- usage errors -----------------------------------------------------------------------------
 
 def test_unknown_platform_lists_the_known_ones(capsys, nothing_simulated):
-    err = scale_error(capsys, "--platform", "nowhere", "--workers", "4")
+    err = cli_error(capsys, "scale", "--platform", "nowhere", "--workers", "4")
     assert err.startswith("hpcshuffle scale: error: unknown platform 'nowhere'")
     assert "'abci'" in err and "'lassen'" in err
 
 
 def test_missing_platform_file_is_named(capsys, nothing_simulated, tmp_path):
-    err = scale_error(capsys, "--platform", str(tmp_path / "nowhere.yaml"), "--workers", "4")
+    err = cli_error(capsys, "scale", "--platform", str(tmp_path / "nowhere.yaml"), "--workers", "4")
     assert f"platform file {tmp_path / 'nowhere.yaml'} does not exist" in err
 
 
 def test_workers_beyond_capacity_fail_before_simulating_anything(capsys, nothing_simulated):
-    err = scale_error(capsys, *ON_TINY, "--workers", "4", "33", "--shuffle", "local")
+    err = cli_error(capsys, "scale", *ON_TINY, "--workers", "4", "33", "--shuffle", "local")
     assert "holds at most 32 ranks" in err and "asked for 33" in err
     assert "[1/" not in err  # no progress line: nothing ran
 
 
 def test_workers_beyond_abcis_capacity(capsys, nothing_simulated):
-    err = scale_error(capsys, "--platform", "abci", "--workers", "5000")
+    err = cli_error(capsys, "scale", "--platform", "abci", "--workers", "5000")
     assert "holds at most 4352 ranks" in err
 
 
 def test_zero_workers_is_refused(capsys, nothing_simulated):
-    assert "workers must be >= 1, got 0" in scale_error(capsys, *ON_TINY, "--workers", "0")
+    assert "workers must be >= 1, got 0" in cli_error(capsys, "scale", *ON_TINY, "--workers", "0")
 
 
 @pytest.mark.parametrize("option, value, message", [
@@ -165,7 +156,7 @@ def test_zero_workers_is_refused(capsys, nothing_simulated):
 def test_unknown_model_or_dataset_is_refused(capsys, option, value, message):
     args = [*ON_TINY, "--workers", "4", "--shuffle", "local"]
     args[args.index(option) + 1] = value
-    assert message in scale_error(capsys, *args)
+    assert message in cli_error(capsys, "scale", *args)
 
 
 def test_unknown_shuffle_is_an_argparse_error(capsys):
@@ -180,10 +171,10 @@ def test_unknown_shuffle_is_an_argparse_error(capsys):
 
 def test_a_batch_too_large_for_one_worker_count_fails_before_simulating_anything(capsys, nothing_simulated):
     # 2,048 / 4 = 512 >= 100, but 2,048 / 32 = 64 < 100: the 4-worker runs must not be simulated first
-    err = scale_error(capsys, *ON_TINY[:-1], "100", "--workers", "4", "32", "--shuffle", "local")
+    err = cli_error(capsys, "scale", *ON_TINY[:-1], "100", "--workers", "4", "32", "--shuffle", "local")
     assert "batch size 100 is larger than a worker's share ⌊N/M⌋ = ⌊2048/32⌋ = 64" in err
 
 
 def test_a_negative_tolerance_fails_before_simulating_anything(capsys, nothing_simulated):
-    err = scale_error(capsys, *ON_TINY, "--workers", "4", "--recommend", "--tolerance", "-0.1")
+    err = cli_error(capsys, "scale", *ON_TINY, "--workers", "4", "--recommend", "--tolerance", "-0.1")
     assert "tolerance must be >= 0" in err
