@@ -60,7 +60,9 @@ def summary(platform: dict) -> dict[str, float]:
     (model,) = platform["models"].values()
     return {"fwbw/sample s": model["fwbw_per_sample"], "loader cpu/file s": platform["loader"]["cpu_per_file"],
             "shared client cpu/file s": platform["shared"]["client_cpu_per_file"],
-            "exchange cpu/sample s": platform["exchange"]["cpu_per_sample"], "allreduce alpha s": platform["allreduce"]["alpha"],
+            "exchange cpu/sample s": platform["exchange"]["cpu_per_sample"],
+            "exchange epoch overhead s": platform["exchange"]["epoch_overhead"],
+            "allreduce alpha s": platform["allreduce"]["alpha"],
             "MPI bandwidth B/s": platform["network"]["link_bandwidth"]}
 
 

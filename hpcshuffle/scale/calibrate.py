@@ -3,10 +3,11 @@
 Calibration reads `config.yaml` and `metrics.jsonl` of real runs of one workload (same dataset,
 model, batch) on one machine and fits what the engine charges (scale/engine.py):
 
-- FW+BW, the loader's and the shared-storage client's CPU per file, and the exchange's CPU per
-  sample: per-sample means of the phases over the runs where every rank had a core of its own
-  (ranks ≤ cores), so no contention is folded into them; the engine adds the contention back
-  when more ranks than cores share the node.
+- FW+BW, the loader's and the shared-storage client's CPU per file: per-sample medians of the
+  phases over the runs where every rank had a core of its own (ranks ≤ cores), so no contention
+  is folded into them; the engine adds the contention back when more ranks than cores share the
+  node. The exchange: a line through those runs' exchange phase against the samples each sent,
+  whose slope is the CPU per sample and whose intercept the fixed cost of an epoch's commit.
 - The allreduce's α: a least-squares fit of the measured time per iteration to the ring's
   2(M−1)·α over the same runs (the gradients of a CPU-sized model are small, so the latency term
   is the allreduce; on the CPU it is core time, contended like the rest); its bandwidth and the
@@ -141,12 +142,25 @@ def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: f
                    "client_cpu_per_file": client_cpu},
         "loader": {"workers": 1, "prefetch": 0, "cpu_per_file": loader_cpu},
         "allreduce": {"alpha": alpha, "bandwidth": bandwidth},
-        "exchange": {"cpu_per_sample": per_sample("exchange", exchanging, "sent_per_rank")},
+        "exchange": dict(zip(("cpu_per_sample", "epoch_overhead"), exchange_cost(exchanging, scale))),
         "models": {model: {"fwbw_per_sample": per_sample("fwbw", uncontended), "gradient_bytes": gradient_bytes}},
         "datasets": {dataset: {"samples": runs[0].samples, "sample_bytes": sample_bytes}},
         "calibration": {"runs": [str(run.path) for run in runs],
                         "uncontended_runs": [str(run.path) for run in uncontended]},
     }
+
+
+def exchange_cost(runs: list[MeasuredRun], scale: dict[int, float]) -> tuple[float, float]:
+    """(s per exchanged sample, s per epoch): a least-squares line through each run's exchange phase
+    against the samples it sent; with one q only, all of it per sample."""
+    sent = [run.sent_per_rank for run in runs]
+    seconds = [run.phases["exchange"] * scale[id(run)] for run in runs]
+    if len(set(sent)) < 2:
+        return (statistics.median(t / x for t, x in zip(seconds, sent)) if runs else 0.0), 0.0
+    slope, intercept = statistics.linear_regression(sent, seconds)
+    if intercept < 0 or slope < 0:  # noise: no fixed cost to see
+        return statistics.median(t / x for t, x in zip(seconds, sent)), 0.0
+    return slope, intercept
 
 
 def mean_file_bytes(root: Path, limit: int = 2000) -> float:

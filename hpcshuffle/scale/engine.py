@@ -12,7 +12,8 @@ What the model charges, per rank and iteration (every knob is documented in scal
 - **Exchange** (PLS) — the plan's moves of that iteration, one message per destination through
   the fat tree (`Comm.sendto_async`), read from the sender's SSD first; the training thread pays
   `exchange.cpu_per_sample` per sample and waits, one iteration later, for what it posted (the
-  paper's scheduler); received samples are written to the receiver's SSD. **Loans** (locality):
+  paper's scheduler); received samples are written to the receiver's SSD, and the epoch ends with
+  `exchange.epoch_overhead` (commit, fsync, cleanup). **Loans** (locality):
   the borrower waits for the lender's samples (SSD read + transfer) before its step.
 - **FW+BW** — `batch × fwbw_per_sample` on one of the node's accelerators (or, with none, its CPU
   cores); more ranks than accelerators share them.
@@ -330,6 +331,8 @@ class EpochSimulation:
         writes += self._land(posted)
         for write in writes:
             write.wait()
+        if sends:  # the epoch's commit: paid once, however few iterations there were to hide the moves
+            self._cpu(platform.exchange.epoch_overhead, on_cpu=not platform.accelerators_per_node)
         totals["exchange"] += clock() - mark
         mark = clock()
         self.barrier.wait()

@@ -103,9 +103,12 @@ class Allreduce:
 
 @dataclass(frozen=True)
 class Exchange:
-    """The exchange's cost on the training thread (framing, copies, file write), s per exchanged sample."""
+    """The exchange's cost on the training thread: `cpu_per_sample` s per exchanged sample (read,
+    frame, copy, write), and `epoch_overhead` s at the end of every epoch that moved anything
+    (commit, fsync, cleanup), whatever it moved."""
 
     cpu_per_sample: float
+    epoch_overhead: float
 
 
 @dataclass(frozen=True)
