@@ -84,3 +84,14 @@ def test_shared_io_benchmark_prints_its_ratio_last(shared_fs):
     ], table
     assert "fuse.glusterfs" in lines[1], lines[1]
     assert re.fullmatch(r"shared/local read ratio: \d+\.\d\d", lines[-1]), lines[-1]
+
+
+def test_scale_benchmark_prints_its_limits_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/scale.py", "--workers", "256", "--shuffle", "local"],
+        check=False, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert re.fullmatch(r"256 ranks: one simulated epoch in \d+ s wall, \d+\.\d\d GiB peak \(limits: 600 s, 4 GiB\)",
+                        lines[-1]), lines[-1]

@@ -3,6 +3,7 @@ write their figures and tables."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -52,3 +53,16 @@ def test_epoch_time_and_cache_sweeps_write_their_figures(tmp_path):
             "lobster_hit_ratio.png", "cache_hit_ratio.txt"} <= names
     table = (tmp_path / "figures" / "epoch_time.txt").read_text().splitlines()
     assert [row.split()[1] for row in table[2:]] == ["partial-0.5", "global"]
+
+
+def test_scale_study_quick_writes_every_figure_and_reuses_its_simulations(tmp_path):
+    out = tmp_path / "scale"
+    first = run("experiments/scale_study.py", "--quick", "--out", str(out))
+    names = {path.name for path in out.iterdir()}
+    assert {"nguyen_fig9_epoch_time.png", "nguyen_fig9.txt", "nguyen_fig10_breakdown.png", "nguyen_fig10.txt",
+            "yang_fig8_loading.png", "yang_fig8.txt", "scale_study.json"} <= names, names
+    rows = json.loads((out / "scale_study.json").read_text())
+    assert rows, first.stdout
+    cached = len(list((out / "cache").iterdir()))
+    run("experiments/scale_study.py", "--quick", "--out", str(out))
+    assert len(list((out / "cache").iterdir())) == cached  # nothing simulated twice
