@@ -307,13 +307,8 @@ def fig9(rows: list[tuple[Job, Result]], out: Path) -> str:
     if 128 in workers and ("local", 128) in by:  # the one ratio the text gives
         axes.plot([128], [5 * by[("local", 128)].epoch_s], "k*", markersize=11,
                   label="paper: GS ≈ 5× LS at 128 (text)")
-    axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.set_xticks(workers, [str(m) for m in workers])
-    axes.set_xlabel("workers M (GPUs, 4 per node)")
-    axes.set_ylabel("seconds per epoch (slowest rank)")
-    plain_log_ticks(axes)
-    axes.set_title("Nguyen Fig. 9 simulated: ResNet-50 / ImageNet-1K on ABCI")
+    log_log(axes, workers, "workers M (GPUs, 4 per node)", "seconds per epoch (slowest rank)",
+            "Nguyen Fig. 9 simulated: ResNet-50 / ImageNet-1K on ABCI")
     axes.legend(fontsize="small")
     save(figure, out / "nguyen_fig9_epoch_time.png")
     return table
@@ -416,19 +411,25 @@ def yang8(rows: list[tuple[Job, Result]], out: Path) -> str:
                   label=f"simulated {label}: epoch")
         axes.plot(nodes, [by[(label, m)].io_s + by[(label, m)].exchange_s for m in learners], marker[0] + ":",
                   color=colour, alpha=0.6, label=f"simulated {label}: io + exchange")
-    axes.set_xscale("log", base=2)
-    axes.set_yscale("log")
-    axes.set_xticks(nodes, [str(n) for n in nodes])
-    axes.set_xlabel("nodes p (4 learners each)")
-    axes.set_ylabel("seconds per epoch (loading only)")
-    plain_log_ticks(axes)
-    axes.set_title("Yang & Cong Fig. 8 simulated: loading ImageNet-1K on Lassen")
+    log_log(axes, nodes, "nodes p (4 learners each)", "seconds per epoch (loading only)",
+            "Yang & Cong Fig. 8 simulated: loading ImageNet-1K on Lassen")
     if 256 in nodes:
         axes.annotate("paper: ~34× at 256 nodes", (256, by[("locality-aware", 1024)].epoch_s), xytext=(-120, 20),
                       textcoords="offset points", fontsize="small", arrowprops={"arrowstyle": "->"})
     axes.legend(fontsize="small")
     save(figure, out / "yang_fig8_loading.png")
     return table
+
+
+def log_log(axes, ticks: list[int], xlabel: str, ylabel: str, title: str) -> None:
+    """Log-log axes with the simulated x values as plain ticks."""
+    axes.set_xscale("log", base=2)
+    axes.set_yscale("log")
+    axes.set_xticks(ticks, [str(tick) for tick in ticks])
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    plain_log_ticks(axes)
+    axes.set_title(title)
 
 
 def plain_log_ticks(axes) -> None:

@@ -13,6 +13,7 @@ import yaml
 from hpcshuffle.analysis.report import SUMMARY_COLUMNS, collect, find_runs, write_summary_csv
 from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli import main
+from tests.conftest import cli_error
 
 # final top-1 % per (workers, shuffle, q): with tolerance 1.0, workers 2 → q=0.1, workers 4 → q=0.3
 SCORES = {
@@ -278,15 +279,6 @@ def test_table_marks_the_recommended_row(sweep):
 
 
 # -- the commands ------------------------------------------------------------------------------------
-
-
-def cli_error(capsys, *args) -> str:
-    with pytest.raises(SystemExit) as exit_info:
-        main(list(args))
-    assert exit_info.value.code == 2
-    captured = capsys.readouterr()
-    assert captured.out == ""
-    return captured.err
 
 
 def test_tune_q_command(sweep, capsys):
