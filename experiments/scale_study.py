@@ -17,6 +17,8 @@ with the paper's stated values beside the simulated ones:
   dataclasses.replace(platform, models={..., "loading_only": Model(1e-9, 0.0)}). The local batch
   is b = 128 (`--yang-batch`): Yang's loading-only Fig. 1 and the training runs of Table I
   (8,192 / 64 learners) use 128; Sec. VI-A does not restate it.
+  A second set charges decoding (`--yang-decode-ms`, default 2.1 ms per sample on one core, measured
+  by benchmarks/loader.py here) over a learner's 11 cores: locality-aware loading still decodes.
 - A sensitivity curve for Fig. 9: GS with the bottom-up 5 ms per-file latency of the shared
   file system (conf/platform/abci.yaml's comment on shared.file_latency) instead of the 50 ms
   Yang measured on GPFS (`--gs-latency-ms`, 0 leaves it out), at 128, 512 and 2,048 workers.
@@ -64,6 +66,7 @@ FIG10_QS = [0.1, 0.2, 0.3, 0.5, 0.7, 1.0]
 YANG_NODES = [16, 32, 64, 128, 256]
 QUICK_SAMPLES = 1_281_167 // 20
 LOADING_ONLY = Model(fwbw_per_sample=1e-9, gradient_bytes=0.0)
+YANG_CORES_PER_LEARNER = 11  # Yang Sec. VI: 44 POWER9 cores per node, 4 learners (10 loader workers each)
 
 # What the papers' text states (the figures' exact values are not in the text).
 PAPER = {
@@ -97,9 +100,13 @@ class Setup:
     platform: str  # conf/platform/<name>.yaml
     models: dict = field(default_factory=dict)  # extra models: name -> Model fields
     shared: dict = field(default_factory=dict)  # shared-storage fields replaced
+    loader: dict = field(default_factory=dict)  # loader fields replaced
 
     def changes(self) -> dict:
-        return {"models": self.models, "shared": self.shared}
+        changes = {"models": self.models, "shared": self.shared}
+        if self.loader:
+            changes["loader"] = self.loader
+        return changes
 
 
 @dataclass
@@ -129,6 +136,8 @@ class Platforms:
                                                              **{k: Model(**v) for k, v in setup.models.items()}})
         if setup.shared:
             platform = dataclasses.replace(platform, shared=dataclasses.replace(platform.shared, **setup.shared))
+        if setup.loader:
+            platform = dataclasses.replace(platform, loader=dataclasses.replace(platform.loader, **setup.loader))
         return platform, digest
 
 
@@ -164,6 +173,11 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
     slow_gs = Setup(f"abci-gs{args.gs_latency_ms:g}ms", args.nguyen_platform,
                     shared={"file_latency": args.gs_latency_ms / 1000})
     lassen = Setup("lassen-loading", args.yang_platform, models={"loading_only": asdict(LOADING_ONLY)})
+    # decoding and augmenting each sample (the engine charges a loader's CPU as one core's execution per
+    # batch, so the cost per sample is spread over the cores a learner's loader workers use)
+    decode = Setup(f"lassen-loading-decode{args.yang_decode_ms:g}ms", args.yang_platform,
+                   models={"loading_only": asdict(LOADING_ONLY)},
+                   loader={"cpu_per_file": args.yang_decode_ms / 1000 / YANG_CORES_PER_LEARNER})
     samples = QUICK_SAMPLES if args.quick else None
     fig9_workers = args.workers or ([16, 32] if args.quick else NGUYEN_WORKERS)
     fig10_workers = 64 if args.quick else FIG10_WORKERS
@@ -204,6 +218,9 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
         for n in nodes:
             for shuffle, label in (("global", "regular"), ("locality", "locality-aware")):
                 jobs.append(Job("yang8", label, lassen, scenario(4 * n, shuffle, None, "loading_only", args.yang_batch)))
+                if args.yang_decode_ms > 0:
+                    jobs.append(Job("yang8", f"{label} + decode", decode,
+                                    scenario(4 * n, shuffle, None, "loading_only", args.yang_batch)))
     return jobs
 
 
@@ -386,37 +403,48 @@ def yang8(rows: list[tuple[Job, Result]], out: Path) -> str:
     by = {(job.label, job.scenario.workers): r for job, r in rows}
     learners = sorted({job.scenario.workers for job, _ in rows})
     batch = rows[0][0].scenario.batch_size
+    decode = next((job.setup.loader["cpu_per_file"] for job, _ in rows if job.setup.loader), None)
+    variants = [("", "model loading_only (FW+BW 1 ns/sample, no gradients), decoding not charged")]
+    if decode is not None:
+        variants.append((" + decode", f"the same, plus decoding: loader.cpu_per_file {decode * 1e3:.3f} ms "
+                                      f"({decode * 1e3 * YANG_CORES_PER_LEARNER:g} ms per sample on one core / "
+                                      f"{YANG_CORES_PER_LEARNER} cores per learner)"))
     lines = [f"Yang & Cong Fig. 8, simulated: per-epoch cost to collectively load ImageNet-1K on lassen (GPFS), "
-             f"4 learners per node, b={batch} per learner, model loading_only (FW+BW 1 ns/sample, no gradients)",
-             "epoch: slowest learner's epoch (incl. the per-step barrier and α of an allreduce of 0 bytes); "
-             "load: io + exchange (loans), mean over learners",
-             f"paper: {paper['source']}",
-             f"{'nodes':>5} {'learners':>8} {'iters':>5} {'regular epoch':>13} {'regular load':>12} "
-             f"{'locality epoch':>14} {'locality load':>13} {'speedup epoch':>13} {'speedup load':>12}   paper"]
-    for m in learners:
-        reg, loc = by[("regular", m)], by[("locality-aware", m)]
-        reg_load, loc_load = reg.io_s + reg.exchange_s, loc.io_s + loc.exchange_s
-        note = f"~{paper['speedup'][m // 4]:g}x speedup" if m // 4 in paper["speedup"] else ""
-        lines.append(f"{m // 4:>5} {m:>8} {reg.iterations:>5} {reg.epoch_s:>13.2f} {reg_load:>12.2f} "
-                     f"{loc.epoch_s:>14.3f} {loc_load:>13.3f} {reg.epoch_s / loc.epoch_s:>13.1f} "
-                     f"{reg_load / loc_load if loc_load else float('inf'):>12.1f}   {note}")
-    lines.append(f"paper: regular loader: {paper['regular']}; locality-aware: scales with the learners")
+             f"4 learners per node, b={batch} per learner",
+             "epoch: slowest learner's epoch (incl. the per-step barrier and alpha of an allreduce of 0 bytes, which "
+             "Yang's loading runs did not have); load: io + exchange (loans), mean over learners",
+             f"paper: {paper['source']}"]
+    for suffix, what in variants:
+        lines += [f"-- {what}",
+                  f"{'nodes':>5} {'learners':>8} {'iters':>5} {'regular epoch':>13} {'regular load':>12} "
+                  f"{'locality epoch':>14} {'locality load':>13} {'speedup epoch':>13} {'speedup load':>12}   paper"]
+        for m in learners:
+            reg, loc = by[("regular" + suffix, m)], by[("locality-aware" + suffix, m)]
+            reg_load, loc_load = reg.io_s + reg.exchange_s, loc.io_s + loc.exchange_s
+            note = f"~{paper['speedup'][m // 4]:g}x speedup" if m // 4 in paper["speedup"] else ""
+            lines.append(f"{m // 4:>5} {m:>8} {reg.iterations:>5} {reg.epoch_s:>13.2f} {reg_load:>12.2f} "
+                         f"{loc.epoch_s:>14.3f} {loc_load:>13.3f} {reg.epoch_s / loc.epoch_s:>13.1f} "
+                         f"{reg_load / loc_load if loc_load else float('inf'):>12.1f}   {note}")
+    lines.append(f"paper: regular loader: {paper['regular']}; locality-aware: scales with the learners; "
+                 "multithreading made regular runs 24-71% and locality-aware runs 105-113% faster")
     table = "\n".join(lines)
 
-    figure = new_figure(6.5, 4.2)
+    figure = new_figure(7.0, 4.6)
     axes = figure.add_subplot()
     nodes = [m // 4 for m in learners]
-    for (label, marker), colour in zip((("regular", "o-"), ("locality-aware", "s-")), ("tab:blue", "tab:green")):
-        axes.plot(nodes, [by[(label, m)].epoch_s for m in learners], marker, color=colour,
-                  label=f"simulated {label}: epoch")
-        axes.plot(nodes, [by[(label, m)].io_s + by[(label, m)].exchange_s for m in learners], marker[0] + ":",
-                  color=colour, alpha=0.6, label=f"simulated {label}: io + exchange")
-    log_log(axes, nodes, "nodes p (4 learners each)", "seconds per epoch (loading only)",
+    for suffix, style in zip([v[0] for v in variants], ("-", "--")):
+        for label, marker, colour in (("regular", "o", "tab:blue"), ("locality-aware", "s", "tab:green")):
+            axes.plot(nodes, [by[(label + suffix, m)].epoch_s for m in learners], marker + style, color=colour,
+                      alpha=1.0 if not suffix else 0.7, label=f"{label}{suffix}: epoch")
+            if not suffix:
+                axes.plot(nodes, [by[(label, m)].io_s + by[(label, m)].exchange_s for m in learners], marker + ":",
+                          color=colour, alpha=0.5, label=f"{label}: io + exchange")
+    log_log(axes, nodes, "nodes p (4 learners each)", "seconds per epoch (loading only, simulated)",
             "Yang & Cong Fig. 8 simulated: loading ImageNet-1K on Lassen")
     if 256 in nodes:
-        axes.annotate("paper: ~34× at 256 nodes", (256, by[("locality-aware", 1024)].epoch_s), xytext=(-120, 20),
+        axes.annotate("paper: ~34× at 256 nodes", (256, by[("locality-aware", 1024)].epoch_s), xytext=(-130, 25),
                       textcoords="offset points", fontsize="small", arrowprops={"arrowstyle": "->"})
-    axes.legend(fontsize="small")
+    axes.legend(fontsize="x-small", loc="upper left", bbox_to_anchor=(1.0, 1.0))
     save(figure, out / "yang_fig8_loading.png")
     return table
 
@@ -434,9 +462,9 @@ def log_log(axes, ticks: list[int], xlabel: str, ylabel: str, title: str) -> Non
 
 def plain_log_ticks(axes) -> None:
     """Log axes labelled 5, 10, 200 rather than 5×10^0."""
-    from matplotlib.ticker import LogFormatter
+    from matplotlib.ticker import FuncFormatter, LogFormatter
 
-    axes.yaxis.set_major_formatter(LogFormatter(labelOnlyBase=False))
+    axes.yaxis.set_major_formatter(FuncFormatter(lambda value, _: f"{value:g}"))
     axes.yaxis.set_minor_formatter(LogFormatter(labelOnlyBase=False, minor_thresholds=(2, 0.5)))
 
 
@@ -450,6 +478,10 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, nargs="+", default=None,
                         help=f"Yang Fig. 8's node counts (default {' '.join(map(str, YANG_NODES))})")
     parser.add_argument("--yang-batch", type=int, default=128, help="local batch of Yang's learners (default 128)")
+    parser.add_argument("--yang-decode-ms", type=float, default=2.1,
+                        help="also Yang's loading with this decode+augment cost per sample on one core, spread over "
+                             f"a learner's {YANG_CORES_PER_LEARNER} cores (default 2.1, measured by benchmarks/loader.py "
+                             "on this machine; 0: not run)")
     parser.add_argument("--gs-latency-ms", type=float, default=5.0,
                         help="also GS with this shared-FS per-file latency in Fig. 9 (default 5; 0: not run)")
     parser.add_argument("--gs-latency-workers", type=int, nargs="+", default=[128, 512, 2048], metavar="M",
