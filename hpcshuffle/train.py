@@ -53,6 +53,7 @@ OmegaConf.register_new_resolver(
 )
 
 USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
+ABORT_GRACE_S = 0.5  # how long a failing rank waits, after printing its error, before MPI_Abort
 # absolute, so `python -m hpcshuffle.train` and the `hpcshuffle train` console script find it alike
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -240,6 +241,9 @@ def fail(world: World, err: BaseException) -> None:
         traceback.print_exc()
         code = 1
     if world.size > 1 and not collective:
+        # mpiexec kills every rank at once on an abort, and what a rank printed just before can be
+        # lost in the launcher's forwarding (1 run in 12 here): give it time to pass the message on
+        time.sleep(ABORT_GRACE_S)
         world.comm.Abort(code)  # the other ranks may be waiting in a collective: end them too
     if os.environ.get("SUBMITIT_EXECUTOR"):
         # a job of a Slurm sweep (hydra/launcher=slurm): submitit reports a raised error as the

@@ -115,7 +115,7 @@ def test_the_mount_going_away_is_named_within_30s_and_the_run_resumes(shared_fs,
             launcher.kill()
         restarted = shared_fs_script("start", timeout_s=300)
     assert restarted.returncode == 0, restarted.stderr
-    output = f"stdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
+    output = f"exit status {launcher.returncode}\nstdout:\n{stdout[-2000:]}\nstderr:\n{stderr[-3000:]}"
     assert launcher.returncode != 0, f"the run finished before the file system went away: raise LONG_EPOCHS\n{output}"
     assert took < 30, f"the run took {took:.0f} s to notice\n{output}"
     assert "shared storage went away during the run" in stderr, output
