@@ -15,6 +15,7 @@ manifest says what the store held at the last committed boundary.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import fcntl
 import json
@@ -24,6 +25,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
 import xxhash
 
 MANIFEST = "manifest.json"
@@ -96,12 +98,24 @@ class StoreDiff:
         return not self.missing and not self.extra
 
 
+def sample_file(samples_dir: str, sample_id: int, relpath: str) -> str:
+    """Where a store keeps a sample: its id, zero-padded, with the original file's suffix.
+
+    Plain strings, as the exchange computes this for every sample it moves (pathlib costs
+    microseconds a call); the suffix is pathlib's (`PurePath.suffix`).
+    """
+    name = relpath.rpartition("/")[2]
+    dot = name.rfind(".")
+    suffix = name[dot:] if 0 < dot < len(name) - 1 else ""
+    return f"{samples_dir}/{sample_id:09d}{suffix}"
+
+
 def sample_path(store_root: Path, sample_id: int, relpath: str) -> Path:
-    """Where a store keeps a sample: its id, zero-padded, with the original file's suffix."""
-    return store_root / "samples" / f"{sample_id:09d}{Path(relpath).suffix}"
+    """`sample_file` of the store at `store_root`, as a Path."""
+    return Path(sample_file(str(Path(store_root) / "samples"), sample_id, relpath))
 
 
-def _fsync_dir(path: Path) -> None:
+def _fsync_dir(path: str | os.PathLike) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -127,33 +141,43 @@ def _syncfs(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write(path: Path, chunks: Iterable[bytes], *, durable: bool = True) -> tuple[str, int]:
+def atomic_write(
+    path: str | os.PathLike, chunks: Iterable[bytes | memoryview | np.ndarray], *, durable: bool = True, hashed: bool = True
+) -> tuple[str, int]:
     """Write `chunks` to `path` so that a crash leaves either the old file or the new one.
 
     With durable=False the data and the rename are not flushed yet: the caller flushes a
-    whole batch at once (`Store.sync`) before anything depends on it.
+    whole batch at once (`Store.sync`) before anything depends on it. With hashed=False the
+    bytes are not hashed (the caller has checked them already) and the checksum returned is "".
 
     Returns:
         (checksum, nbytes) of what was written, hashed on the way.
     """
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}.{threading.get_ident()}")
-    hasher, nbytes = xxhash.xxh3_64(), 0
+    directory, name = os.path.split(os.fspath(path))
+    tmp = os.path.join(directory, f".{name}.tmp{os.getpid()}.{threading.get_ident()}")
+    hasher, nbytes = xxhash.xxh3_64() if hashed else None, 0
     try:
-        with open(tmp, "wb") as out:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+        try:
             for chunk in chunks:
-                out.write(chunk)
-                hasher.update(chunk)
-                nbytes += len(chunk)
+                view = memoryview(chunk).cast("B")
+                nbytes += len(view)
+                if hasher is not None:
+                    hasher.update(view)
+                while view:  # os.write may write less than asked (signals, > 2 GiB)
+                    view = view[os.write(fd, view) :]
             if durable:
-                out.flush()
-                os.fsync(out.fileno())
+                os.fsync(fd)
+        finally:
+            os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        tmp.unlink(missing_ok=True)  # a failed source read or a full disk leaves nothing behind
+        with contextlib.suppress(FileNotFoundError):  # a failed source read or a full disk leaves nothing behind
+            os.unlink(tmp)
         raise
     if durable:
-        _fsync_dir(path.parent)
-    return hasher.hexdigest(), nbytes
+        _fsync_dir(directory or ".")
+    return (hasher.hexdigest() if hasher is not None else ""), nbytes
 
 
 class Store:
@@ -167,6 +191,7 @@ class Store:
         self.root = Path(root)
         self.samples_dir = self.root / "samples"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
+        self._samples = str(self.samples_dir)
         self._lock = open(self.root / ".lock", "w")
         try:
             fcntl.flock(self._lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -198,11 +223,34 @@ class Store:
     def meta(self, sample_id: int) -> SampleMeta:
         return self._meta[sample_id]
 
+    def file(self, sample_id: int) -> str:
+        return sample_file(self._samples, sample_id, self._meta[sample_id].relpath)
+
     def path(self, sample_id: int) -> Path:
-        return sample_path(self.root, sample_id, self._meta[sample_id].relpath)
+        return Path(self.file(sample_id))
 
     def read_bytes(self, sample_id: int) -> bytes:
-        return self.path(sample_id).read_bytes()
+        with open(self.file(sample_id), "rb") as source:
+            return source.read()
+
+    def read_into(self, sample_id: int, buffer: memoryview | np.ndarray) -> None:
+        """Read a sample into `buffer`, exactly its size in the manifest (no bytes object made)."""
+        view, path = memoryview(buffer).cast("B"), self.file(sample_id)
+        expected = self._meta[sample_id].nbytes
+        if len(view) != expected:
+            raise ValueError(f"sample {sample_id} is {expected} bytes; the buffer has {len(view)}")
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            while view and (got := os.readv(fd, [view])):
+                view = view[got:]
+            extra = os.read(fd, 1)
+        finally:
+            os.close(fd)
+        if view or extra:
+            raise StoreError(
+                f"store file {path} is not the {expected} bytes its manifest records: it was changed "
+                f"outside hpcshuffle; delete {self.root} and run again to restage it"
+            )
 
     def verify(self, expected_ids) -> StoreDiff:
         """Compare the store with the ids a plan says it holds."""
@@ -218,10 +266,16 @@ class Store:
         In a batch pass durable=False, then call `sync` once for all of them.
         """
         chunks = [data] if isinstance(data, bytes | bytearray | memoryview) else data
-        checksum, nbytes = atomic_write(sample_path(self.root, meta.sample_id, meta.relpath), chunks, durable=durable)
+        checksum, nbytes = atomic_write(sample_file(self._samples, meta.sample_id, meta.relpath), chunks, durable=durable)
         meta = replace(meta, checksum=checksum, nbytes=nbytes)
         self._meta[meta.sample_id] = meta
         return meta
+
+    def add_checked(self, meta: SampleMeta, data: memoryview | np.ndarray) -> None:
+        """Store a sample whose bytes the caller has checked against `meta` (size and checksum),
+        without hashing them again (the exchange's receiver); durable only after `sync`."""
+        atomic_write(sample_file(self._samples, meta.sample_id, meta.relpath), [data], durable=False, hashed=False)
+        self._meta[meta.sample_id] = meta
 
     def intact(self, sample_id: int) -> bool:
         """Re-read a stored sample and compare its size and checksum with the manifest."""
@@ -235,9 +289,10 @@ class Store:
             return False
 
     def remove(self, sample_id: int) -> None:
-        path = self.path(sample_id)
+        path = self.file(sample_id)
         del self._meta[sample_id]
-        path.unlink(missing_ok=True)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
 
     def adopt(self, meta: SampleMeta) -> None:
         """Take an uncommitted file (see `orphans`) back into the store; its checksum is computed here."""

@@ -4,6 +4,8 @@ Each owner frames a header of its own, which its receiver checks against the pla
 
     transport = Transport(comm, tag, deliver, timeout_s)   # deliver(source, header, payload)
     transport.post(dst, header, payload)        # Isend, chunked; buffers kept until sent
+    message, payload = transport.message(header, payload_bytes)  # or: fill the payload in place
+    transport.send(dst, message)                # ...and send it without another copy
     transport.poll()                            # take in what arrived, deliver whole messages
     transport.wait(done, stall_report)          # poll until done(); the stall watchdog
     transport.drain(barrier, stall_report)      # finish posted sends (barrier: everyone's)
@@ -86,17 +88,32 @@ class Transport:
 
     def post(self, dst: int, header: bytes, payload: bytes) -> None:
         """Send `header` and `payload` to rank `dst` without blocking; `poll` progresses it."""
-        body = np.frombuffer(payload, dtype=np.uint8)
-        first_payload_bytes = self.max_message_bytes - FRAME.size - len(header)
-        if first_payload_bytes < 0:
+        message, body = self.message(header, len(payload))
+        body[:] = np.frombuffer(payload, dtype=np.uint8)
+        self.send(dst, message)
+
+    def message(self, header: bytes, payload_bytes: int) -> tuple[np.ndarray, np.ndarray]:
+        """A message's buffer (frame, header, then room for the payload) and a view of that room.
+
+        Fill the payload view in place (e.g. read files into it), then `send` the buffer: the
+        bytes are copied once, by whoever fills them, instead of once more to join the parts.
+        """
+        if FRAME.size + len(header) > self.max_message_bytes:
             raise ValueError(
                 f"a {len(header)}-byte header does not fit one {self.max_message_bytes}-byte message "
                 f"with its {FRAME.size}-byte frame; raise max_message_bytes"
             )
-        frame = FRAME.pack(len(body), len(header))
-        self._isend(dst, np.frombuffer(b"".join((frame, header, body[:first_payload_bytes])), dtype=np.uint8))
-        for start in range(first_payload_bytes, len(body), self.max_message_bytes):
-            self._isend(dst, body[start : start + self.max_message_bytes])  # a view: no copy of big payloads
+        payload_start = FRAME.size + len(header)
+        message = np.empty(payload_start + payload_bytes, dtype=np.uint8)
+        FRAME.pack_into(message, 0, payload_bytes, len(header))
+        message[FRAME.size : payload_start] = np.frombuffer(header, dtype=np.uint8)
+        return message, message[payload_start:]
+
+    def send(self, dst: int, message: np.ndarray) -> None:
+        """Send a buffer from `message` to rank `dst` without blocking, in chunks of at most
+        `max_message_bytes` (views: big payloads are not copied); do not change it until sent."""
+        for start in range(0, len(message), self.max_message_bytes):  # never empty: the frame
+            self._isend(dst, message[start : start + self.max_message_bytes])
 
     def poll(self) -> bool:
         """Advance every transfer without blocking and deliver what completed; True if anything progressed."""
