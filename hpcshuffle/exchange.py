@@ -11,9 +11,11 @@ Per epoch::
 
 `repair(moves)` carries out a one-off set of moves at once (start-up repairs, see stage.py).
 
-Samples travel through the payload transport (transport.py), one message per sample whose
-header names it. Messages between two ranks cannot overtake each other, so the receiver knows
-from the plan which sample each message must carry, and checks it.
+Samples travel through the payload transport (transport.py): what a rank sends one peer in one
+iteration goes as one message, its header listing the samples, its payload their bytes read
+straight from the store into the message. Messages between two ranks cannot overtake each
+other, so the receiver knows from the plan which samples each message must carry, and checks
+them; each sample's checksum is checked once, on arrival, before it is written.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
+import xxhash
 from mpi4py import MPI
 
 from hpcshuffle import chaos
@@ -33,7 +36,10 @@ from hpcshuffle.store import SampleMeta, Store
 from hpcshuffle.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
 
 TAG_SAMPLE = 7
-HEADER = struct.Struct("<qqqQ")  # sample_id, label, source mtime, xxh3 checksum; the relpath follows
+COUNT = struct.Struct("<q")  # a message header starts with how many samples it carries
+# then one record per sample, then their relpaths (utf-8) back to back
+RECORD = np.dtype([("sample_id", "<i8"), ("label", "<i8"), ("source_mtime_ns", "<i8"), ("checksum", "<u8"),
+                   ("nbytes", "<i8"), ("relpath_bytes", "<i8")])
 
 
 @dataclass
@@ -44,14 +50,27 @@ class EpochTraffic:
     received_bytes: int = 0
 
 
-def encode_header(meta: SampleMeta) -> bytes:
-    return HEADER.pack(meta.sample_id, meta.label, meta.source_mtime_ns, int(meta.checksum, 16)) + meta.relpath.encode()
+def encode_header(metas: list[SampleMeta]) -> bytes:
+    relpaths = [meta.relpath.encode() for meta in metas]
+    records = np.array(
+        [(m.sample_id, m.label, m.source_mtime_ns, int(m.checksum, 16), m.nbytes, len(relpath))
+         for m, relpath in zip(metas, relpaths, strict=True)],
+        dtype=RECORD,
+    )
+    return b"".join((COUNT.pack(len(metas)), records.tobytes(), *relpaths))
 
 
-def decode_header(header: np.ndarray, nbytes: int) -> SampleMeta:
-    sample_id, label, mtime_ns, checksum = HEADER.unpack_from(header)
-    relpath = header[HEADER.size :].tobytes().decode()
-    return SampleMeta(sample_id, relpath, label, nbytes, f"{checksum:016x}", mtime_ns)
+def decode_header(header: np.ndarray) -> list[SampleMeta]:
+    (count,) = COUNT.unpack_from(header)
+    records_end = COUNT.size + count * RECORD.itemsize
+    records = np.frombuffer(header[COUNT.size : records_end], dtype=RECORD)
+    relpaths = header[records_end:].tobytes()
+    metas, start = [], 0
+    for sample_id, label, mtime_ns, checksum, nbytes, relpath_bytes in records.tolist():
+        metas.append(SampleMeta(sample_id, relpaths[start : start + relpath_bytes].decode(), label, nbytes,
+                                f"{checksum:016x}", mtime_ns))
+        start += relpath_bytes
+    return metas
 
 
 class Scheduler:
@@ -80,6 +99,7 @@ class Scheduler:
         self.plan: EpochPlan | None = None
         self._what: str | None = None  # "epoch 3" or "the start-up repair", for messages
         self.traffic = EpochTraffic()
+        self._reader = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-reader")
         self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="exchange-writer")
 
     # -- the Fig. 3 API ------------------------------------------------------------------
@@ -99,21 +119,31 @@ class Scheduler:
             self._sends = moves.sends_of(self.rank)
             for row in moves.receives_of(self.rank):
                 self._expected.setdefault(int(moves.src[row]), deque()).append(int(moves.sample_id[row]))
+        self._send_iterations = moves.iteration[self._sends] if moves is not None else self._sends
         self._next_send = 0
+        self._composed: dict[int, Future] = {}  # first send of an iteration -> its messages, read ahead
         self._writes: list[Future] = []
+        self._read_ahead()
 
     def communicate(self, iteration: int) -> None:
         """Post the sends planned up to `iteration`, and take in whatever has arrived.
 
         Call once per iteration before the forward pass, so the transfers progress during
-        forward and backward.
+        forward and backward. The next iteration's messages are read from the store meanwhile,
+        on the reader thread.
         """
-        moves = self._moves
-        if moves is None:
+        if self._moves is None:
             return
-        while self._next_send < len(self._sends) and moves.iteration[self._sends[self._next_send]] <= iteration:
-            self._post_send(int(self._sends[self._next_send]))
-            self._next_send += 1
+        end = int(np.searchsorted(self._send_iterations, iteration, side="right"))
+        while self._next_send < end:
+            stop = self._iteration_end(self._next_send)
+            composed = self._composed.pop(self._next_send, None)
+            for dst, message, count, nbytes in composed.result() if composed else self._compose(self._next_send, stop):
+                self.transport.send(dst, message)
+                self.traffic.sent += count
+                self.traffic.sent_bytes += nbytes
+            self._next_send = stop
+        self._read_ahead()
         self.transport.poll()
 
     def synchronize(self) -> None:
@@ -151,6 +181,8 @@ class Scheduler:
         """
         if self._what is None:
             return
+        for composed in self._composed.values():
+            composed.cancel()  # read ahead, never posted: nobody waits for these messages
         self.transport.drain(barrier=True, stall_report=self._stall_report)
         self._finish_writes()
         self._what = None
@@ -168,56 +200,89 @@ class Scheduler:
         self.store.commit(self.plan.epoch + 1, self.plan_key)
 
     def close(self) -> None:
+        self._reader.shutdown(cancel_futures=True)
         self._writer.shutdown()
         self.transport.close()
 
     # -- internals -----------------------------------------------------------------------
 
-    def _post_send(self, row: int) -> None:
+    def _iteration_end(self, start: int) -> int:
+        """The end of the run of sends that share the iteration of send `start`."""
+        return int(np.searchsorted(self._send_iterations, self._send_iterations[start], side="right"))
+
+    def _read_ahead(self) -> None:
+        """Have the reader thread compose the next iteration's messages while this one trains."""
+        start = self._next_send
+        if start < len(self._sends) and start not in self._composed:
+            self._composed[start] = self._reader.submit(self._compose, start, self._iteration_end(start))
+
+    def _compose(self, start: int, stop: int) -> list[tuple[int, np.ndarray, int, int]]:
+        """Sends `start:stop` as one message per peer, samples in the plan's order:
+        [(peer, message, samples, payload bytes)]."""
         moves = self._moves
-        sample_id, dst = int(moves.sample_id[row]), int(moves.dst[row])
-        data = self.store.read_bytes(sample_id)
-        self.transport.post(dst, encode_header(self.store.meta(sample_id)), data)
-        self.traffic.sent += 1
-        self.traffic.sent_bytes += len(data)
+        rows = self._sends[start:stop]
+        dsts = moves.dst[rows]
+        return [(int(dst), *self._message(moves.sample_id[rows[dsts == dst]].tolist())) for dst in np.unique(dsts)]
+
+    def _message(self, sample_ids: list[int]) -> tuple[np.ndarray, int, int]:
+        """The samples' records, then their bytes read into the message from the store."""
+        metas = [self.store.meta(sample_id) for sample_id in sample_ids]
+        nbytes = sum(meta.nbytes for meta in metas)
+        message, payload = self.transport.message(encode_header(metas), nbytes)
+        start = 0
+        for meta in metas:
+            self.store.read_into(meta.sample_id, payload[start : start + meta.nbytes])
+            start += meta.nbytes
+        return message, len(metas), nbytes
 
     def _accept(self, source: int, header: np.ndarray, payload: np.ndarray) -> None:
-        """Check a received sample against the plan and have it written into the store."""
+        """Check a received message's samples against the plan and have them written into the store."""
+        metas = decode_header(header)
         expected = self._expected.get(source)
-        if not expected:
+        for meta in metas:
+            if not expected:
+                raise ExchangeError(
+                    f"rank {self.rank} received an unplanned sample from rank {source}; the ranks "
+                    "disagree on the plan (different seed, q, dataset or worker count?)"
+                )
+            want = expected.popleft()
+            if meta.sample_id != want:
+                raise ExchangeError(
+                    f"rank {self.rank} expected sample {want} from rank {source} but got {meta.sample_id}; "
+                    "the ranks disagree on the plan (different seed, q, dataset or worker count?)"
+                )
+        if sum(meta.nbytes for meta in metas) != len(payload):
             raise ExchangeError(
-                f"rank {self.rank} received an unplanned sample from rank {source}; the ranks "
-                "disagree on the plan (different seed, q, dataset or worker count?)"
+                f"rank {self.rank} got {len(payload)} payload bytes from rank {source} for samples of "
+                f"{sum(meta.nbytes for meta in metas)}; the ranks frame messages differently (mixed hpcshuffle versions?)"
             )
-        sent = decode_header(header, len(payload))
-        want = expected.popleft()
-        if sent.sample_id != want:
-            raise ExchangeError(
-                f"rank {self.rank} expected sample {want} from rank {source} but got {sent.sample_id}; "
-                "the ranks disagree on the plan (different seed, q, dataset or worker count?)"
-            )
-        # off the main thread: the write proceeds while this rank computes FW/BW
-        self._writes.append(self._writer.submit(self._write_received, source, sent, payload.data))
-        self.traffic.received += 1
+        # off the main thread: checks and writes proceed while this rank computes FW/BW
+        self._writes.append(self._writer.submit(self._write_received, source, metas, payload))
+        self.traffic.received += len(metas)
         self.traffic.received_bytes += len(payload)
 
-    def _write_received(self, source: int, sent: SampleMeta, data: memoryview) -> None:
-        try:
-            stored = self.store.add(sent, data, durable=False)
-        except OSError as err:
-            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
-                raise
-            raise ExchangeError(
-                f"rank {self.rank}: node-local storage {self.store.root} is full ({err.strerror}) while "
-                f"receiving sample {sent.sample_id} ({len(data)} bytes) in {self._what}; free space there, "
-                "point storage.local_dir at a larger disk, or lower shuffle.q"
-            ) from None
-        if stored.checksum != sent.checksum:
-            raise ExchangeError(
-                f"rank {self.rank}: sample {sent.sample_id} ({sent.relpath}) from rank {source} arrived "
-                f"with checksum {stored.checksum}, sent as {sent.checksum}: corrupted in transit or in "
-                "the sender's store"
-            )
+    def _write_received(self, source: int, metas: list[SampleMeta], payload: np.ndarray) -> None:
+        start = 0
+        for meta in metas:
+            data = payload[start : start + meta.nbytes]
+            start += meta.nbytes
+            # checked before it is written: a corrupted sample never enters the store
+            if (arrived := xxhash.xxh3_64_hexdigest(data)) != meta.checksum:
+                raise ExchangeError(
+                    f"rank {self.rank}: sample {meta.sample_id} ({meta.relpath}) from rank {source} arrived "
+                    f"with checksum {arrived}, sent as {meta.checksum}: corrupted in transit or in "
+                    "the sender's store"
+                )
+            try:
+                self.store.add_checked(meta, data)
+            except OSError as err:
+                if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                    raise
+                raise ExchangeError(
+                    f"rank {self.rank}: node-local storage {self.store.root} is full ({err.strerror}) while "
+                    f"receiving sample {meta.sample_id} ({meta.nbytes} bytes) in {self._what}; free space there, "
+                    "point storage.local_dir at a larger disk, or lower shuffle.q"
+                ) from None
 
     def _finish_writes(self) -> None:
         for write in self._writes:

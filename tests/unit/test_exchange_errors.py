@@ -10,14 +10,16 @@ from mpi4py import MPI
 
 from hpcshuffle.exchange import ExchangeError, Scheduler
 from hpcshuffle.plan import Exchange
-from hpcshuffle.store import SampleMeta, Store
+from hpcshuffle.store import SampleMeta, Store, StoreError
 
 BIG_SAMPLE_BYTES = 5000
 
 
-def one_move(sample_id: int, src: int = 0) -> Exchange:
-    zeros = np.zeros(1, dtype=np.int64)
-    return Exchange(slots=1, slot=zeros, src=zeros + src, dst=zeros, sample_id=zeros + sample_id, iteration=zeros)
+def moves(*sample_ids: int, src: int = 0) -> Exchange:
+    """Each sample from `src` to rank 0, all in one iteration (so in one message)."""
+    zeros = np.zeros(len(sample_ids), dtype=np.int64)
+    return Exchange(slots=len(sample_ids), slot=np.arange(len(sample_ids)), src=zeros + src, dst=zeros,
+                    sample_id=np.array(sample_ids, dtype=np.int64), iteration=zeros)
 
 
 @pytest.fixture
@@ -29,32 +31,61 @@ def store(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("sample_id", "max_message_bytes"),
-    [(3, 1 << 30), (4, 1000)],  # sample 4 travels in several messages
+    ("sample_ids", "max_message_bytes"),
+    [((3,), 1 << 30), ((4,), 1000), ((4, 3), 1000)],  # sample 4 travels in several chunks
 )
-def test_a_move_arrives_intact(store, sample_id, max_message_bytes):
-    sent = store.read_bytes(sample_id)
+def test_moves_arrive_intact(store, sample_ids, max_message_bytes):
+    sent = {sample_id: store.read_bytes(sample_id) for sample_id in sample_ids}
     scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10, max_message_bytes=max_message_bytes)
     try:
-        scheduler.repair(one_move(sample_id))
+        scheduler.repair(moves(*sample_ids))
     finally:
         scheduler.close()
-    assert store.read_bytes(sample_id) == sent and store.intact(sample_id)
-    assert (scheduler.traffic.sent, scheduler.traffic.received) == (1, 1)
+    for sample_id in sample_ids:
+        assert store.read_bytes(sample_id) == sent[sample_id] and store.intact(sample_id)
+    assert (scheduler.traffic.sent, scheduler.traffic.received) == (len(sample_ids),) * 2
+
+
+def test_a_sample_changed_in_the_senders_store_is_named_and_not_written(store):
+    path = store.path(3)
+    path.write_bytes(b"y" * 100)  # same size, other bytes: only the checksum tells
+    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
+    try:
+        with pytest.raises(ExchangeError, match=(
+            r"rank 0: sample 3 \(train/c/3.bin\) from rank 0 arrived with checksum [0-9a-f]{16}, sent as "
+            r"[0-9a-f]{16}: corrupted in transit or in the sender's store"
+        )):
+            scheduler.repair(moves(3))
+    finally:
+        scheduler.close()
+    assert path.read_bytes() == b"y" * 100  # the receiver wrote nothing over it
+
+
+def test_a_truncated_store_file_is_named_by_the_sender(store):
+    store.path(4).write_bytes(b"short")
+    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
+    try:
+        with pytest.raises(StoreError, match=(
+            rf"store file {store.path(4)} is not the {BIG_SAMPLE_BYTES // 256 * 256} bytes its manifest records: "
+            rf"it was changed outside hpcshuffle; delete {store.root} and run again to restage it"
+        )):
+            scheduler.repair(moves(4))
+    finally:
+        scheduler.close()
 
 
 def test_a_full_node_local_disk_is_named(store, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store, "add", full)
+    monkeypatch.setattr(store, "add_checked", full)
     scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
     try:
         with pytest.raises(ExchangeError, match=(
             rf"rank 0: node-local storage {store.root} is full \(No space left on device\) while receiving "
             r"sample 3 .* in the start-up repair; free space there.*lower shuffle.q"
         )):
-            scheduler.repair(one_move(3))
+            scheduler.repair(moves(3))
     finally:
         scheduler.close()
 
@@ -67,6 +98,6 @@ def test_a_sample_that_never_arrives_is_named(store):
             r"rank 0: no exchange progress for 0 s in the start-up repair; still expecting samples from "
             r"ranks \{1: \[3\]\} \(first ids shown\), 0 send messages unfinished. A peer has likely died"
         )):
-            scheduler.repair(one_move(3, src=1))
+            scheduler.repair(moves(3, src=1))
     finally:
         scheduler.close()
