@@ -283,6 +283,7 @@ class Scheduler:
                     f"receiving sample {meta.sample_id} ({meta.nbytes} bytes) in {self._what}; free space there, "
                     "point storage.local_dir at a larger disk, or lower shuffle.q"
                 ) from None
+        self.transport.release(payload)
 
     def _finish_writes(self) -> None:
         for write in self._writes:

@@ -77,3 +77,14 @@ def test_a_header_that_does_not_fit_one_message_is_refused(transport):
 def test_max_message_bytes_must_fit_a_frame_and_an_int32_count(max_message_bytes):
     with pytest.raises(ValueError, match="max_message_bytes must be in .*MPI counts are int32"):
         Transport(MPI.COMM_SELF, TAG, lambda *message: None, timeout_s=1, max_message_bytes=max_message_bytes)
+
+
+def test_a_message_filled_in_place_arrives_and_its_buffer_is_reused_once_sent(transport, delivered):
+    message, payload = transport.message(HEADER, 300)
+    payload[:] = np.frombuffer(payload_of(300), dtype=np.uint8)
+    transport.send(0, message)
+    transport.wait(lambda: len(delivered) == 1, lambda: "never arrived")
+    assert delivered == [(0, HEADER, payload_of(300))]
+    transport.drain(barrier=False, stall_report=lambda: "sends never finished")
+    assert transport.buffers.take(10).base is message.base  # back in the pool, the smallest that fits
+    assert transport.buffers.take(10).base is not message.base  # taken: the next is another
