@@ -267,8 +267,13 @@ def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
     trainer = Trainer(world, config, run_dir, preemption)
     try:
         trainer.run()
-    finally:
-        trainer.close()
+    except BaseException as err:
+        # a rank failing alone is ended with MPI_Abort (fail()); closing first would tear down
+        # the process group under peers still in a collective with it, and they would fail too
+        if getattr(err, "collective", False) or world.size == 1:
+            trainer.close()
+        raise
+    trainer.close()
     # only after a clean end: a rank that failed alone must not wait on the others' flag
     # allreduce (they may be blocked elsewhere); it ends through MPI_Abort instead
     preemption.close()
