@@ -95,3 +95,14 @@ def test_scale_benchmark_prints_its_limits_last():
     lines = result.stdout.strip().splitlines()
     assert re.fullmatch(r"256 ranks: one simulated epoch in \d+ s wall, \d+\.\d\d GiB peak \(limits: 600 s, 4 GiB\)",
                         lines[-1]), lines[-1]
+
+
+def test_exchange_benchmark_prints_its_ratio_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/exchange.py", "--quick"],
+        check=False, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert [row.split()[:3] for row in lines[1:3]] == [["tmpfs", "4", "KB"], ["tmpfs", "100", "KB"]], lines
+    assert re.fullmatch(r"exchange/Alltoallv ratio \(100 KB, q 0\.3, tmpfs\): \d+\.\d{3}", lines[-1]), lines[-1]
