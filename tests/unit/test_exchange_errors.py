@@ -22,6 +22,15 @@ def moves(*sample_ids: int, src: int = 0) -> Exchange:
                     sample_id=np.array(sample_ids, dtype=np.int64), iteration=zeros)
 
 
+def assert_repair_fails(store: Store, exchange: Exchange, error: type[Exception], match: str, timeout_s: float = 10) -> None:
+    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=timeout_s)
+    try:
+        with pytest.raises(error, match=match):
+            scheduler.repair(exchange)
+    finally:
+        scheduler.close()
+
+
 @pytest.fixture
 def store(tmp_path):
     with Store(tmp_path / "store") as store:
@@ -49,29 +58,19 @@ def test_moves_arrive_intact(store, sample_ids, max_message_bytes):
 def test_a_sample_changed_in_the_senders_store_is_named_and_not_written(store):
     path = store.path(3)
     path.write_bytes(b"y" * 100)  # same size, other bytes: only the checksum tells
-    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
-    try:
-        with pytest.raises(ExchangeError, match=(
-            r"rank 0: sample 3 \(train/c/3.bin\) from rank 0 arrived with checksum [0-9a-f]{16}, sent as "
-            r"[0-9a-f]{16}: corrupted in transit or in the sender's store"
-        )):
-            scheduler.repair(moves(3))
-    finally:
-        scheduler.close()
+    assert_repair_fails(store, moves(3), ExchangeError, (
+        r"rank 0: sample 3 \(train/c/3.bin\) from rank 0 arrived with checksum [0-9a-f]{16}, sent as "
+        r"[0-9a-f]{16}: corrupted in transit or in the sender's store"
+    ))
     assert path.read_bytes() == b"y" * 100  # the receiver wrote nothing over it
 
 
 def test_a_truncated_store_file_is_named_by_the_sender(store):
     store.path(4).write_bytes(b"short")
-    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
-    try:
-        with pytest.raises(StoreError, match=(
-            rf"store file {store.path(4)} is not the {BIG_SAMPLE_BYTES // 256 * 256} bytes its manifest records: "
-            rf"it was changed outside hpcshuffle; delete {store.root} and run again to restage it"
-        )):
-            scheduler.repair(moves(4))
-    finally:
-        scheduler.close()
+    assert_repair_fails(store, moves(4), StoreError, (
+        rf"store file {store.path(4)} is not the {BIG_SAMPLE_BYTES // 256 * 256} bytes its manifest records: "
+        rf"it was changed outside hpcshuffle; delete {store.root} and run again to restage it"
+    ))
 
 
 def test_a_full_node_local_disk_is_named(store, monkeypatch):
@@ -79,25 +78,15 @@ def test_a_full_node_local_disk_is_named(store, monkeypatch):
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(store, "add_checked", full)
-    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
-    try:
-        with pytest.raises(ExchangeError, match=(
-            rf"rank 0: node-local storage {store.root} is full \(No space left on device\) while receiving "
-            r"sample 3 .* in the start-up repair; free space there.*lower shuffle.q"
-        )):
-            scheduler.repair(moves(3))
-    finally:
-        scheduler.close()
+    assert_repair_fails(store, moves(3), ExchangeError, (
+        rf"rank 0: node-local storage {store.root} is full \(No space left on device\) while receiving "
+        r"sample 3 .* in the start-up repair; free space there.*lower shuffle.q"
+    ))
 
 
 def test_a_sample_that_never_arrives_is_named(store):
     """The plan says rank 1 sends sample 3, but on MPI_COMM_SELF nobody does."""
-    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=0.05)
-    try:
-        with pytest.raises(ExchangeError, match=(
-            r"rank 0: no exchange progress for 0 s in the start-up repair; still expecting samples from "
-            r"ranks \{1: \[3\]\} \(first ids shown\), 0 send messages unfinished. A peer has likely died"
-        )):
-            scheduler.repair(moves(3, src=1))
-    finally:
-        scheduler.close()
+    assert_repair_fails(store, moves(3, src=1), ExchangeError, (
+        r"rank 0: no exchange progress for 0 s in the start-up repair; still expecting samples from "
+        r"ranks \{1: \[3\]\} \(first ids shown\), 0 send messages unfinished. A peer has likely died"
+    ), timeout_s=0.05)
