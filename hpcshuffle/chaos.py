@@ -6,7 +6,8 @@ Inert unless the environment asks for it::
 
 Points, in the order an epoch reaches them: `iteration-<i>` (before iteration i's exchange
 step and forward pass), `before_barrier` (received samples flushed, senders not yet told),
-`mid_clean` (half of the sent samples deleted, the manifest not yet committed),
+`mid_clean` (the manifest committed, half of the sent samples' files deleted, on the
+exchange's writer thread while the training thread goes on),
 `before_checkpoint` (stores committed for the next epoch, epoch recorded, checkpoint not written).
 SIGKILL, not an exception: nothing gets to clean up, exactly as when a node dies.
 """

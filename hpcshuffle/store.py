@@ -289,10 +289,17 @@ class Store:
             return False
 
     def remove(self, sample_id: int) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.detach(sample_id))
+
+    def detach(self, sample_id: int) -> str:
+        """Drop a sample from the store's record and return its file, for the caller to delete
+        before anything may write that sample again. Until then the file is like one received
+        after the last commit: the next start takes it back and removes what the plan does not want.
+        """
         path = self.file(sample_id)
         del self._meta[sample_id]
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(path)
+        return path
 
     def adopt(self, meta: SampleMeta) -> None:
         """Take an uncommitted file (see `orphans`) back into the store; its checksum is computed here."""
