@@ -3,8 +3,9 @@
 
 For each store (tmpfs, disk), sample size (4 KB, 100 KB, 2 MB) and q (0.1, 0.3, 0.5) every
 rank fills a fresh store with its plan's partition, runs the epoch's exchange with nothing in
-between (scheduling, communicate per iteration, synchronize, clean_local_storage: reads,
-checks, writes, the flush and the deletes included), and then the `Alltoallv` (the fastest of
+between (scheduling, communicate per iteration, synchronize, clean_local_storage and the
+deletes it leaves to the writer thread: reads, checks, writes, the flush and the deletes
+included), and then the `Alltoallv` (the fastest of
 three). Prints samples/s and GB/s of both, their ratio, and the CPU per moved sample of the
 training thread and of the whole process (the exchange's own threads included). Last line:
 `exchange/Alltoallv ratio (100 KB, q 0.3, tmpfs): X`.
@@ -66,9 +67,9 @@ def one_config(comm, kind: str, size: int, q: float, bytes_per_rank: int, batch:
             scheduler.communicate(iteration)
         scheduler.synchronize()
         scheduler.clean_local_storage()
-        thread_cpu, process_cpu = time.thread_time() - thread_cpu, time.process_time() - process_cpu
-        elapsed = MPI.Wtime() - started
-        scheduler.close()
+        thread_cpu = time.thread_time() - thread_cpu
+        scheduler.close()  # waits for the sent files' deletes, which training overlaps with the next epoch
+        process_cpu, elapsed = time.process_time() - process_cpu, MPI.Wtime() - started
         diff = store.verify(plan.next_held()[rank])
         if not diff.clean:
             raise RuntimeError(f"rank {rank}: the exchange lost {diff.missing[:5]} or kept {diff.extra[:5]}")
