@@ -196,6 +196,8 @@ class Scheduler:
         self._writer.shutdown()  # after the last epoch's deletes
         if not self._thread.is_alive():  # else it is stuck in MPI: the process is failing anyway
             self.transport.close()
+        if self._deleting is not None:
+            self._deleting.result()  # a failed delete is raised, not dropped
 
     # -- the exchange thread ---------------------------------------------------------------
 
