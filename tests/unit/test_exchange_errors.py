@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import errno
+import time
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -90,3 +92,18 @@ def test_a_sample_that_never_arrives_is_named(store):
         r"rank 0: no exchange progress for 0 s in the start-up repair; still expecting samples from "
         r"ranks \{1: \[3\]\} \(first ids shown\), 0 send messages unfinished. A peer has likely died"
     ), timeout_s=0.05)
+
+
+def test_a_failure_on_the_exchange_thread_is_raised_by_the_training_threads_next_call(store):
+    store.path(4).write_bytes(b"short")
+    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
+    try:
+        scheduler.scheduling(SimpleNamespace(epoch=0, exchange=moves(4)))
+        scheduler.communicate(0)  # returns at once: the exchange thread fails on its own
+        deadline = time.monotonic() + 10
+        with pytest.raises(StoreError, match=rf"store file {store.path(4)} is not the"):
+            while time.monotonic() < deadline:
+                scheduler.communicate(1)
+                time.sleep(0.01)
+    finally:
+        scheduler.close()
