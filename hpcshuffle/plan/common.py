@@ -33,8 +33,12 @@ class PlanSpec:
         num_samples: N, samples in the training set (ids 0..N-1).
         num_ranks: M, data-parallel workers.
         batch_size: b, samples per rank per iteration.
-        q: fraction of a rank's partition exchanged per epoch (partial shuffling only).
+        q: fraction of a partition exchanged per epoch (partial shuffling only).
         seed: the shared seed; the same seed gives the same plan on every rank and run.
+        ranks_per_node: R, ranks sharing one node's store (storage.scope=node); 1 is rank scope.
+            Ranks r with the same r // R are one node: the partition is a node's, dealt afresh to
+            its ranks every epoch, and only moves between nodes are planned. With R = 1 every
+            plan is exactly the rank-scope plan.
     """
 
     num_samples: int
@@ -42,10 +46,16 @@ class PlanSpec:
     batch_size: int
     q: float = 0.0
     seed: int = 0
+    ranks_per_node: int = 1
 
     def __post_init__(self) -> None:
         if self.num_ranks < 1:
             raise ValueError(f"workers must be >= 1, got {self.num_ranks}")
+        if self.ranks_per_node < 1 or self.num_ranks % self.ranks_per_node:
+            raise ValueError(
+                f"{self.num_ranks} workers cannot be split into nodes of {self.ranks_per_node} ranks; "
+                "every node needs the same number of ranks: pick a number of ranks per node that divides the workers"
+            )
         if self.num_samples < self.num_ranks:
             raise ValueError(
                 f"more workers ({self.num_ranks}) than samples ({self.num_samples}): "
@@ -73,13 +83,35 @@ class PlanSpec:
         return -(-self.num_samples // self.num_ranks)
 
     @property
+    def nodes(self) -> int:
+        """Nodes, each holding one partition in its ranks' stores (M in rank scope)."""
+        return self.num_ranks // self.ranks_per_node
+
+    @property
+    def node_min_share(self) -> int:
+        """⌊N/nodes⌋: the smallest partition a node holds (⌊N/M⌋ in rank scope)."""
+        return self.num_samples // self.nodes
+
+    def node_of(self, rank: int) -> int:
+        return rank // self.ranks_per_node
+
+    def node_ranks(self, node: int) -> range:
+        """The ranks of `node`."""
+        return range(node * self.ranks_per_node, (node + 1) * self.ranks_per_node)
+
+    @property
     def iterations(self) -> int:
         """I: iterations per epoch, the same on every rank (the last batch may be short)."""
         return -(-self.max_share // self.batch_size)
 
     def storage_bound(self) -> int:
-        """⌈(1+q)·N/M⌉, the paper's per-rank storage bound, exact for the q as written (0.1, not 0.1000…01)."""
-        return math.ceil((1 + Fraction(repr(self.q))) * Fraction(self.num_samples, self.num_ranks))
+        """⌈(1+q)·N/nodes⌉, the paper's storage bound per rank (per node when ranks share a node's
+        store), exact for the q as written (0.1, not 0.1000…01)."""
+        return math.ceil((1 + Fraction(repr(self.q))) * Fraction(self.num_samples, self.nodes))
+
+    def storage_headroom(self) -> float:
+        """The bound's room above the largest partition, as a fraction of it: ⌈(1+q)·N/nodes⌉ / ⌈N/nodes⌉ − 1."""
+        return self.storage_bound() / -(-self.num_samples // self.nodes) - 1.0
 
     def batch_bounds(self, iteration: int) -> tuple[int, int]:
         """Positions [start, stop) of `iteration`'s batch in a rank's epoch order."""
@@ -154,7 +186,9 @@ class EpochPlan:
     Attributes:
         epoch: the epoch number, from 0.
         held: per rank, the sorted ids in its node-local store at the epoch's start
-            (empty for global shuffling, which reads shared storage).
+            (empty for global shuffling, which reads shared storage). With ranks sharing a
+            node's store, a rank's store is its share of the node's: any rank of the node
+            may train on it (`node_held`), and only its holder sends it.
         order: per rank, the ids it trains on, in order; all of length ⌈N/M⌉.
         exchange: the moves carried out during this epoch (None if nothing moves).
         loans: samples lent for a single step (locality-aware loading; None otherwise).
@@ -181,15 +215,27 @@ class EpochPlan:
             result.append(np.sort(np.concatenate([np.setdiff1d(ids, sent), received])))
         return result
 
+    def node_held(self, rank: int) -> np.ndarray:
+        """The sorted ids the stores of `rank`'s node hold at the epoch's start (its own in rank scope)."""
+        return node_union(self.spec, self.held, self.spec.node_of(rank))
+
+    def homes(self, rank: int) -> np.ndarray:
+        """int64 (⌈N/M⌉,): per position of `rank`'s order, which of its node's ranks holds the
+        sample (0 .. R-1, the local rank), -1 where none does."""
+        local = np.full(self.spec.num_samples, -1, dtype=np.int64)
+        for index, peer in enumerate(self.spec.node_ranks(self.spec.node_of(rank))):
+            local[self.held[peer]] = index
+        return local[self.order[rank]]
+
     def sources(self, rank: int) -> np.ndarray:
         """int8 (⌈N/M⌉,): per position of `rank`'s order, FROM_STORE, FROM_SHARED or FROM_LOAN.
 
-        A sample the rank holds comes from its store, one it borrows for a step from a peer (a
+        A sample its node holds comes from a store of the node, one it borrows for a step from a peer (a
         step's borrowed samples close its local batch, see plan/locality.py), any other from
         shared storage.
         """
         order = self.order[rank]
-        sources = np.where(np.isin(order, self.held[rank]), FROM_STORE, FROM_SHARED).astype(np.int8)
+        sources = np.where(np.isin(order, self.node_held(rank)), FROM_STORE, FROM_SHARED).astype(np.int8)
         if self.loans is not None:
             borrowed_per_step = np.bincount(self.loans.step[self.loans.dst == rank], minlength=self.spec.iterations)
             for step in np.flatnonzero(borrowed_per_step):
@@ -226,9 +272,19 @@ def epoch_rng(seed: int, epoch: int, stream: int) -> np.random.Generator:
 
 
 def initial_partition(spec: PlanSpec) -> list[np.ndarray]:
-    """Split a seeded permutation of 0..N-1 into M sorted parts whose sizes differ by at most 1."""
+    """Split a seeded permutation of 0..N-1 into one part per node, then each node's part into one
+    per rank; parts of one level differ in size by at most 1. Returns the ranks' sorted parts."""
     permutation = epoch_rng(spec.seed, 0, STREAM_PARTITION).permutation(spec.num_samples)
-    return [np.sort(part) for part in np.array_split(permutation, spec.num_ranks)]
+    return [
+        np.sort(part)
+        for node_part in np.array_split(permutation, spec.nodes)
+        for part in np.array_split(node_part, spec.ranks_per_node)
+    ]
+
+
+def node_union(spec: PlanSpec, held: list[np.ndarray], node: int) -> np.ndarray:
+    """The sorted ids the ranks of `node` hold together."""
+    return np.sort(np.concatenate([held[rank] for rank in spec.node_ranks(node)]))
 
 
 def pad_to(ids: np.ndarray, length: int) -> np.ndarray:
@@ -243,6 +299,18 @@ def pad_to(ids: np.ndarray, length: int) -> np.ndarray:
 
 
 def local_orders(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> list[np.ndarray]:
-    """Each rank's shuffle of what it holds, padded to ⌈N/M⌉."""
+    """Each rank's share of a fresh shuffle of what its node holds, ⌈N/M⌉ ids each.
+
+    A node's ids are shuffled, padded to R·⌈N/M⌉ and dealt in R consecutive runs, so every epoch
+    mixes the whole node's partition across its ranks at no network cost. In rank scope (R = 1)
+    this is each rank's shuffle of its own partition.
+    """
     rng = epoch_rng(spec.seed, epoch, STREAM_ORDER)
-    return [pad_to(rng.permutation(ids), spec.max_share) for ids in held]
+    ranks_per_node, share = spec.ranks_per_node, spec.max_share
+    return [
+        dealt
+        for node in range(spec.nodes)
+        for dealt in pad_to(rng.permutation(node_union(spec, held, node)), ranks_per_node * share).reshape(
+            ranks_per_node, share
+        )
+    ]

@@ -4,6 +4,13 @@ Algorithm 1 of Nguyen et al. (2022): rank r draws a random permutation p of its 
 moves p[0..k) out, k = ⌊q·⌊N/M⌋⌋. For move slot i all ranks draw the same permutation `dest`
 of the ranks from the shared seed and rank r sends p[i] to dest[r], so every slot sends and
 receives exactly one sample per rank: the exchange is balanced and partition sizes never change.
+
+When the ranks of a node share its store (`PlanSpec.ranks_per_node` R > 1), the same algorithm
+runs over nodes instead of ranks: node n draws p from all its ranks hold, k = ⌊q·⌊N/nodes⌋⌋,
+and `dest` permutes the nodes. The sample p[i] is sent by the rank whose store holds it, to
+rank i mod R of the destination node. Nothing moves between the ranks of one node: they train on
+the node's samples dealt afresh every epoch (common.local_orders). Node partitions keep their
+sizes; how a node's samples are spread over its ranks' stores drifts, which nothing depends on.
 """
 
 from __future__ import annotations
@@ -18,42 +25,49 @@ from hpcshuffle.plan.common import (
     PlanSpec,
     epoch_rng,
     local_orders,
+    node_union,
 )
 
 
 def moves_per_rank(spec: PlanSpec) -> int:
-    """k = ⌊q·⌊N/M⌋⌋, the same for every rank.
+    """k = ⌊q·⌊N/M⌋⌋, the same for every rank (per node, ⌊q·⌊N/nodes⌋⌋, when ranks share a node's store).
 
     Rounding down (not to nearest) keeps the peak store ⌈N/M⌉ + k within ⌈(1+q)·N/M⌉; the
     epsilon absorbs float error such as 0.7 * 10 = 7.000000000000001 or 0.3 * 10 = 2.9999….
     """
-    return int(np.floor(spec.q * spec.min_share + 1e-9))
+    return int(np.floor(spec.q * spec.node_min_share + 1e-9))
 
 
 def plan_exchange(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> Exchange:
     slots = moves_per_rank(spec)
-    ranks = spec.num_ranks
+    nodes = spec.nodes
     pick_rng = epoch_rng(spec.seed, epoch, STREAM_PICK)
-    # picked[r, i]: the sample rank r sends in slot i
-    picked = np.stack([pick_rng.permutation(ids)[:slots] for ids in held]) if slots else np.empty((ranks, 0), np.int64)
-    # dest[i, r]: where rank r sends in slot i; one permutation of the ranks per slot
-    dest = epoch_rng(spec.seed, epoch, STREAM_DEST).permuted(
-        np.tile(np.arange(ranks), (slots, 1)), axis=1
+    # picked[n, i]: the sample node n sends in slot i
+    picked = (
+        np.stack([pick_rng.permutation(node_union(spec, held, node))[:slots] for node in range(nodes)])
+        if slots else np.empty((nodes, 0), np.int64)
     )
-    slot = np.repeat(np.arange(slots), ranks)
-    src = np.tile(np.arange(ranks), slots)
-    dst = dest.reshape(-1)
+    # dest[i, n]: where node n sends in slot i; one permutation of the nodes per slot
+    dest = epoch_rng(spec.seed, epoch, STREAM_DEST).permuted(
+        np.tile(np.arange(nodes), (slots, 1)), axis=1
+    )
+    slot = np.repeat(np.arange(slots), nodes)
+    src_node = np.tile(np.arange(nodes), slots)
+    dst_node = dest.reshape(-1)
     sample_id = picked.T.reshape(-1)
+    holder = np.empty(spec.num_samples, dtype=np.int64)
+    for rank, ids in enumerate(held):
+        holder[ids] = rank
     # spread the slots evenly over the I iterations: ≈ k/I = q·b moves per iteration
     iteration = (slot * spec.iterations) // max(slots, 1)
-    # a rank drawn as its own destination keeps the sample: no message, nothing to delete.
-    # Dropping fixed points of a permutation keeps sends == receives on every rank.
-    moved = src != dst
+    # a node drawn as its own destination keeps the sample: no message, nothing to delete.
+    # Dropping fixed points of a permutation keeps sends == receives on every node.
+    moved = src_node != dst_node
     return Exchange(
         slots=slots,
         slot=slot[moved],
-        src=src[moved],
-        dst=dst[moved],
+        src=holder[sample_id[moved]],
+        dst=dst_node[moved] * spec.ranks_per_node + slot[moved] % spec.ranks_per_node,
         sample_id=sample_id[moved],
         iteration=iteration[moved],
     )

@@ -79,11 +79,17 @@ class Strategy:
         return self.home == HOME_SHARED or self.data_path == PATH_LOANS
 
     def headroom(self, spec: PlanSpec) -> float:
-        """Extra node-local room per rank, as a fraction of its partition, that the epoch's moves need:
-        ⌈(1+q)·N/M⌉ / ⌈N/M⌉ − 1 for a strategy that exchanges samples, 0 otherwise."""
+        """Extra node-local room, as a fraction of a partition, that the epoch's moves need:
+        ⌈(1+q)·N/nodes⌉ / ⌈N/nodes⌉ − 1 for a strategy that exchanges samples, 0 otherwise."""
         if self.data_path != PATH_EXCHANGE:
             return 0.0
-        return spec.storage_bound() / spec.max_share - 1.0
+        return spec.storage_headroom()
+
+    @property
+    def node_scope(self) -> bool:
+        """Whether the ranks of a node can share one store (storage.scope=node): a strategy that
+        trains on its store, with or without an exchange. Locality loans and shared reads are per rank."""
+        return self.home == HOME_STORE and self.data_path in (PATH_STORE, PATH_EXCHANGE)
 
 
 STRATEGIES: dict[str, Strategy] = {
