@@ -103,16 +103,19 @@ def check_resumable(checkpoint: dict, plan: dict, epochs: int, where: Path) -> N
         )
 
 
-def layout(workers: int, processes: int) -> str:
-    return f"{workers} virtual workers" if processes < workers else f"{workers} ranks"
+def layout(workers: int, processes: int, ranks_per_node: int = 1) -> str:
+    if processes < workers:
+        return f"{workers} virtual workers"
+    return f"{workers} ranks" + (f" sharing node stores {ranks_per_node} by {ranks_per_node}" if ranks_per_node > 1 else "")
 
 
 class Checkpointer:
     """The run directory's checkpoint for one run: find it at the start, restore from it, write it.
 
     Args:
-        identity: the plan's shape and dataset (see `FIXED`), plus `num_ranks` (workers) and
-            `processes` (this job's ranks; fewer than workers when they are virtual).
+        identity: the plan's shape and dataset (see `FIXED`), plus `num_ranks` (workers),
+            `processes` (this job's ranks; fewer than workers when they are virtual) and
+            `ranks_per_node` (ranks sharing a node's store; 1 in rank scope).
         resume: "auto" (continue if the run directory holds a checkpoint) or "require".
     """
 
@@ -133,8 +136,8 @@ class Checkpointer:
         self.say(f"resume: {self.run_dir / FILE} at epoch {found['epoch']}, step {found['step']} "
                  f"(written by {saved_ranks} workers)")
         if not self.same_layout(found):
-            now = layout(self.identity["num_ranks"], self.identity["processes"])
-            then = layout(saved_ranks, found["plan"].get("processes", saved_ranks))
+            now = layout(self.identity["num_ranks"], self.identity["processes"], self.identity["ranks_per_node"])
+            then = layout(saved_ranks, found["plan"].get("processes", saved_ranks), found["plan"].get("ranks_per_node", 1))
             self.say(f"resume: {now} instead of {then}: re-planned for {self.identity['num_ranks']} workers; each "
                      f"store is restaged to the new plan's epoch {found['epoch']} partition, "
                      "from other ranks' stores first, then from shared storage")
@@ -162,10 +165,11 @@ class Checkpointer:
         return found
 
     def same_layout(self, found: dict) -> bool:
-        """Whether the checkpoint's run had these workers in these processes (virtual or real ranks)."""
-        saved = found["plan"]
-        now = (self.identity["num_ranks"], self.identity["processes"])
-        return (saved["num_ranks"], saved.get("processes", saved["num_ranks"])) == now
+        """Whether the checkpoint's run had these workers in these processes (virtual or real ranks),
+        sharing node stores alike."""
+        saved, now = found["plan"], self.identity
+        return (saved["num_ranks"], saved.get("processes", saved["num_ranks"]), saved.get("ranks_per_node", 1)) == (
+            now["num_ranks"], now["processes"], now["ranks_per_node"])
 
     def restore(self, found: dict, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> RankState | None:
         """Load the weights; with the same layout also this rank's RNG, and inside an epoch return

@@ -59,7 +59,8 @@ class SampleKey(NamedTuple):
     also reads samples no cache holds from shared storage (`shared`) and trains on samples a
     peer lent it (`lent`: the bytes themselves, nothing to read). With a planned cache
     (node_cache.py), `cached` names the copy to read instead of shared storage and `admit` the
-    copy to write after reading it (NOT_CACHED: none).
+    copy to write after reading it (NOT_CACHED: none). When a node's ranks share its samples
+    (storage.scope=node), `home` is the store that holds it (an index into `store_roots`).
     """
 
     epoch: int
@@ -68,6 +69,7 @@ class SampleKey(NamedTuple):
     lent: bytes | None = None
     cached: int = NOT_CACHED
     admit: int = NOT_CACHED
+    home: int = -1
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
@@ -81,9 +83,10 @@ class Samples(Dataset):
     Args:
         catalog: the split's listing (labels, where each sample's bytes are).
         codec: the format's decoder (formats/codec.py).
-        store_roots: where sample `i` lives: `store_roots[i % len(store_roots)]`. One root: the
-            rank's own store (local, partial). Several: a node replica split over the node's
-            ranks (global with storage.replica). None: the catalog, i.e. shared storage.
+        store_roots: where sample `i` lives: `store_roots[i % len(store_roots)]`, or the key's
+            `home` where it has one. One root: the rank's own store (local, partial). Several: a
+            node replica split over the node's ranks (global with storage.replica), or the
+            stores of a node's ranks (storage.scope=node). None: the catalog, i.e. shared storage.
         train: augment (seeded by `seed`, the epoch and the sample id).
         on_error: a sample that cannot be read or decoded either fails the run naming its file
             ("fail") or is left out of its batch and counted ("skip"; the item is None).
@@ -120,16 +123,16 @@ class Samples(Dataset):
         """Whether a read goes to shared storage: asked for, or no store to read instead."""
         return shared or not self.store_roots
 
-    def where(self, sample_id: int, shared: bool = False) -> Path:
+    def where(self, sample_id: int, shared: bool = False, home: int = -1) -> Path:
         if self.from_shared(shared):
             return self.catalog.path(sample_id)
-        root = self.store_roots[sample_id % len(self.store_roots)]
+        root = self.store_roots[home if home >= 0 else sample_id % len(self.store_roots)]
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
-    def read(self, sample_id: int, shared: bool = False) -> bytes:
+    def read(self, sample_id: int, shared: bool = False, home: int = -1) -> bytes:
         if self.from_shared(shared):
             return self.catalog.read_bytes(sample_id)
-        return self.where(sample_id).read_bytes()
+        return self.where(sample_id, home=home).read_bytes()
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int | torch.Tensor, int] | None:
         return self.decode(key, self.load(key))
@@ -151,11 +154,11 @@ class Samples(Dataset):
             except FileNotFoundError:
                 pass  # another worker is still writing the copy: shared storage has the sample too
         try:
-            data = self.read(key.sample_id, key.shared)
+            data = self.read(key.sample_id, key.shared, key.home)
         except (OSError, ValueError) as err:
             if isinstance(err, OSError) and self.from_shared(key.shared):
                 check_still_there(self.catalog, err)  # fails the run whatever loader.on_error says
-            return self.unreadable(key.sample_id, err, key.shared)
+            return self.unreadable(key.sample_id, err, key.shared, home=key.home)
         if key.admit != NOT_CACHED:
             path = cache_file(self.cache_dir, key.sample_id, key.admit)
             try:
@@ -182,13 +185,14 @@ class Samples(Dataset):
                 return (*self.codec.decode(data, label, train=True), sample_id)
         except (OSError, ValueError) as err:  # codecs raise SampleError, a ValueError
             key = SampleKey(*key)
-            return self.unreadable(sample_id, err, key.shared, lent=key.lent is not None)
+            return self.unreadable(sample_id, err, key.shared, lent=key.lent is not None, home=key.home)
 
-    def unreadable(self, sample_id: int, err: Exception, shared: bool = False, lent: bool = False) -> None:
+    def unreadable(self, sample_id: int, err: Exception, shared: bool = False, lent: bool = False,
+                   home: int = -1) -> None:
         """None in skip mode; else the DatasetError naming the sample's file."""
         if self.on_error == "skip":
             return None
-        origin = "the bytes a peer lent" if lent else self.where(sample_id, shared)
+        origin = "the bytes a peer lent" if lent else self.where(sample_id, shared, home)
         raise DatasetError(
             f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from {origin}: {err}; "
             "replace or remove the file, or set loader.on_error=skip to leave unreadable samples out "
@@ -223,15 +227,17 @@ class EpochOrder(Sampler[SampleKey]):
         self.borrow: Callable[[int], list[tuple[int, bytes]]] | None = None
         self.steps: Sequence[int] = ()
         self.cache: tuple[list[int], list[int]] | None = None
+        self.homes: Sequence[int] | None = None
 
     def set_order(
         self, sample_ids: np.ndarray, epoch: int = 0, sources: np.ndarray | None = None,
         borrow: Callable[[int], list[tuple[int, bytes]]] | None = None, steps: np.ndarray | None = None,
-        cache: tuple[np.ndarray, np.ndarray] | None = None,
+        cache: tuple[np.ndarray, np.ndarray] | None = None, homes: np.ndarray | None = None,
     ) -> None:
         """`sample_ids` in training order; for locality, `sources` and `steps` (each position's step,
         `PlanSpec.step_of`) aligned with them, and `borrow`; for a planned cache, `cache` =
-        (read_from, write_as) aligned with them."""
+        (read_from, write_as) aligned with them; for a node's shared samples, `homes` (the store
+        holding each, `EpochPlan.homes`)."""
         if (sources is None) != (borrow is None):
             raise ValueError("locality-aware loading needs both the sources of the samples and a way to borrow")
         self.epoch = epoch
@@ -240,6 +246,7 @@ class EpochOrder(Sampler[SampleKey]):
         self.borrow = borrow
         self.steps = () if steps is None else steps.tolist()
         self.cache = None if cache is None else (cache[0].tolist(), cache[1].tolist())
+        self.homes = None if homes is None else homes.tolist()
 
     def __iter__(self) -> Iterator[SampleKey]:
         if self.sources is not None:
@@ -247,6 +254,8 @@ class EpochOrder(Sampler[SampleKey]):
         if self.cache is not None:
             return (SampleKey(self.epoch, sample_id, cached=cached, admit=admit)
                     for sample_id, cached, admit in zip(self.sample_ids, *self.cache))
+        if self.homes is not None:
+            return (SampleKey(self.epoch, sample_id, home=home) for sample_id, home in zip(self.sample_ids, self.homes))
         return (SampleKey(self.epoch, sample_id) for sample_id in self.sample_ids)
 
     def _locality_keys(self) -> Iterator[SampleKey]:

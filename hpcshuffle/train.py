@@ -44,7 +44,7 @@ from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.shared_io import describe
 from hpcshuffle.sinks import WandbSink
 from hpcshuffle.store import StoreError
-from hpcshuffle.world import World, check_same, config_digest, discover, init_torch_distributed, on_all
+from hpcshuffle.world import World, check_same, config_digest, discover, init_torch_distributed, node_size, on_all
 
 RUN_ID_VARIABLE = "HPCSHUFFLE_RUN_ID"
 # `${run_id:}` in conf/config.yaml: the launching process's time, shared by every rank and job
@@ -75,13 +75,16 @@ class Trainer:
         self.workers = virtual or world.size
         train_catalog, val_catalog = prepare_dataset(world, config)
         self.shared = describe(train_catalog) if world.is_root else None  # for rank 0's metrics.jsonl
+        ranks_per_node = config.ranks_per_node(*node_size(world, config.storage.ranks_per_node), self.workers)
         try:
-            self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed)
+            self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed,
+                                 ranks_per_node)
         except ValueError as err:
             raise ConfigError(str(err), collective=True) from err
+        self.scope = "node" if ranks_per_node > 1 else "rank"
         identity = {
             "shuffle": config.shuffle.name, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
-            "processes": world.size, "batch_size": config.batch_size, "q": config.shuffle.q, "seed": config.seed,
+            "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size, "q": config.shuffle.q, "seed": config.seed,
             "dataset": train_catalog.fingerprint(),
         }
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
@@ -123,7 +126,9 @@ class Trainer:
     def run(self) -> None:
         config, world = self.config, self.world
         workers = f"{self.workers} virtual workers in one process" if world.size < self.workers else f"{world.size} ranks"
-        say(world, f"{config.shuffle.name} shuffling (q={config.shuffle.q}), {workers}, N={self.spec.num_samples}, "
+        nodes = f"{self.spec.nodes} nodes × {self.spec.ranks_per_node} ranks" if self.scope == "node" else "one per rank"
+        say(world, f"{config.shuffle.name} shuffling (q={config.shuffle.q}), {workers}, storage.scope={self.scope} "
+                   f"(partitions: {nodes}), N={self.spec.num_samples}, "
                    f"b={config.batch_size}, {self.spec.iterations} iterations/epoch -> {self.run_dir}")
         say(world, TABLE_HEADER)
         for epoch in range(self.start_epoch, config.epochs):
@@ -200,6 +205,7 @@ class Trainer:
         config = self.config
         record = {
             "epoch": plan.epoch, "shuffle": config.shuffle.name, "q": config.shuffle.q, "workers": self.workers,
+            "scope": self.scope, "ranks_per_node": self.spec.ranks_per_node,
             "batch_size": config.batch_size, "num_samples": self.spec.num_samples,
             "iterations": self.spec.iterations, "lr": row.lr,
             **scores,
@@ -255,7 +261,8 @@ def fail(world: World, err: BaseException) -> None:
 def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
     # compare configs first: every later check then fails on all ranks alike or on none
     yaml_text = resolved_yaml(cfg)
-    check_same(world, "the resolved config", config_digest(yaml_text))
+    # node-local paths may differ between nodes (a per-node $TMPDIR); ranks that must share one say so
+    check_same(world, "the resolved config", config_digest(resolved_yaml(cfg, leave_out=("storage", "local_dir"))))
     try:
         config = RunConfig.from_hydra(cfg)
     except ConfigError as err:

@@ -85,6 +85,26 @@ def discover(environ: Mapping[str, str] = os.environ) -> World:
     return world
 
 
+def node_size(world: World, pretend: int | None = None) -> tuple[int, str]:
+    """Collective: (R, "") when every node runs R consecutive ranks (node k: ranks kR .. kR+R-1, the
+    block placement of mpiexec and `srun --distribution=block`), else (0, why not).
+
+    `pretend` splits the machines into nodes of that many ranks (one machine seen as several nodes);
+    a pretended node must lie inside one real node, whose ranks see one local disk.
+    """
+    nodes = sorted(set(world.comm.allgather(world.node_ranks)))
+    size = pretend or world.local_size
+    real = "; ".join(f"{len(ranks)} ranks ({ranks[0]}..{ranks[-1]})" for ranks in nodes[:4])
+    if world.size % size:
+        return 0, f"{world.size} ranks do not make nodes of {size}"
+    inside = [set(ranks) for ranks in nodes]
+    for start in range(0, world.size, size):
+        if not any(set(range(start, start + size)) <= ranks for ranks in inside):
+            return 0, (f"ranks {start}..{start + size - 1} are not on one node (nodes hold {real}"
+                       f"{'; ...' if len(nodes) > 4 else ''})")
+    return size, ""
+
+
 def agree(world: World, problem: str | None) -> None:
     """Collective: raise the same ConfigError on every rank if any rank found a problem.
 

@@ -73,6 +73,38 @@ class RunConfig:
     def strategy(self) -> Strategy:
         return self.shuffle.strategy
 
+    def ranks_per_node(self, node_size: int, layout: str, workers: int) -> int:
+        """R, the ranks that share one node's store in this run (1: rank scope), by storage.scope.
+
+        Args:
+            node_size: ranks per node (`world.node_size`: MPI's, or storage.ranks_per_node), 0 if
+                the nodes do not each run the same number of consecutive ranks (`layout` says why).
+            workers: the run's workers (this job's ranks).
+        """
+        scope, strategy = self.storage.scope, self.strategy
+        if scope == "rank":
+            return 1
+        if not strategy.node_scope or self.shuffle.virtual_workers:
+            if scope == "node":
+                raise ConfigError(
+                    f"storage.scope=node shares a node's store among its ranks; shuffle={strategy.name}"
+                    f"{' with virtual workers' if self.shuffle.virtual_workers else ''} keeps one per rank: "
+                    "set storage.scope=rank (or auto)", collective=True,
+                )
+            return 1
+        if node_size == 0:
+            if scope == "node":
+                raise ConfigError(
+                    f"storage.scope=node needs every node to run the same number of consecutive ranks, but {layout}; "
+                    "launch with block placement (mpiexec's default, srun --distribution=block), set "
+                    "storage.ranks_per_node to a divisor of the ranks per node, or use storage.scope=rank",
+                    collective=True,
+                )
+            return 1
+        if scope == "auto" and (node_size < 2 or workers // node_size < 2):
+            return 1  # one rank per node, or one node: node scope would change nothing, or leave nothing to exchange
+        return node_size
+
     def _check_shared_storage_options(self) -> None:
         """A node replica and a planned cache stand in front of shared storage: only strategies
         that train from shared storage have one."""
@@ -145,10 +177,15 @@ def build(typed_class, settings: dict, group: str):
     return typed_class(**{key: tuple(value) if isinstance(value, list) else value for key, value in settings.items()})
 
 
-def resolved_yaml(cfg: DictConfig) -> str:
-    """The run's config as YAML, every interpolation resolved (what ranks must agree on). Paths
-    (the schemas type them) are written as strings, so any YAML reader takes the file back."""
-    return OmegaConf.to_yaml(OmegaConf.create(plain(OmegaConf.to_container(cfg, resolve=True))), sort_keys=True)
+def resolved_yaml(cfg: DictConfig, leave_out: tuple[str, str] | None = None) -> str:
+    """The run's config as YAML, every interpolation resolved (what ranks must agree on), less the
+    key `leave_out` = (group, key). Paths (the schemas type them) are written as strings, so any
+    YAML reader takes the file back."""
+    settings = plain(OmegaConf.to_container(cfg, resolve=True))
+    if leave_out is not None:
+        group, key = leave_out
+        settings.get(group, {}).pop(key, None)
+    return OmegaConf.to_yaml(OmegaConf.create(settings), sort_keys=True)
 
 
 def plain(value):

@@ -18,6 +18,8 @@ from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.plan import STRATEGIES, Strategy, get_strategy
 from hpcshuffle.shared_io import SHARED_READS, UNCACHED
 
+SCOPES = ("auto", "node", "rank")
+
 
 def at_least(prefix: str, **values: int | float) -> None:
     """Fail naming `<prefix><name>` (e.g. "storage." + "threads") for the first value below 1."""
@@ -105,6 +107,12 @@ class StorageConfig:
             as it is.
         shared_reads: "uncached" (each shared read drops the file from the page cache) or
             "cached" (shared_io.py).
+        scope: "node" (the ranks of a node share its partition: each epoch deals the node's samples
+            to its ranks afresh, and an exchange moves samples only between nodes), "rank" (each
+            rank its own partition), or "auto": node where the job spans several nodes of several
+            ranks each, rank on one node (where node scope would leave nothing to exchange).
+        ranks_per_node: pretend every node runs this many ranks (consecutive ranks, one machine
+            seen as several nodes, for tests and demos); None: the nodes MPI reports.
     """
 
     local_dir: Path = Path("/tmp/hpcshuffle-store")
@@ -114,9 +122,15 @@ class StorageConfig:
     max_gib: Optional[float] = None
     shared_dir: Optional[Path] = None
     shared_reads: str = UNCACHED
+    scope: str = "auto"
+    ranks_per_node: Optional[int] = None
 
     def __post_init__(self) -> None:
         self.local_dir = Path(self.local_dir)
+        if self.scope not in SCOPES:
+            raise ConfigError(f"storage.scope must be one of {SCOPES}, got {self.scope!r}")
+        if self.ranks_per_node is not None:
+            at_least("storage.", ranks_per_node=self.ranks_per_node)
         self.shared_dir = None if self.shared_dir is None else Path(self.shared_dir)
         at_least("storage.", threads=self.threads)
         if self.max_gib is not None and self.max_gib <= 0:

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan, PlanSpec
 from hpcshuffle.stage import stage_stores
-from hpcshuffle.store import Store, StoreError, rank_dir
+from hpcshuffle.store import Store, StoreError, atomic_write, rank_dir
 from hpcshuffle.world import World, agree
 
 
@@ -125,3 +126,34 @@ def open_store(run: RunContext, root: Path, target_ids: np.ndarray | range, head
 
 def rank_store_dir(run: RunContext, rank: int) -> Path:
     return rank_dir(run.config.storage.local_dir, rank)
+
+
+JOB_MARK = ".job"  # in each store: which job opened it last (check_node_shares)
+
+
+def check_node_shares(run: RunContext, store: Store, node_ranks: Sequence[int]) -> None:
+    """Collective: fail on every rank unless each rank sees, under its own storage.local_dir, the
+    stores this job's other `node_ranks` opened, as ranks that read each other's stores must.
+
+    Each rank marks its store with a token of this job, then looks for the token in its peers'.
+    """
+    world, local_dir = run.world, run.config.storage.local_dir
+    token = world.comm.bcast(uuid.uuid4().hex if world.is_root else None, root=0)
+    atomic_write(store.root / JOB_MARK, [token.encode()])
+    world.comm.Barrier()
+    problem = None
+    for peer in node_ranks:
+        mark = rank_store_dir(run, peer) / JOB_MARK
+        try:
+            seen = mark.read_text()
+        except OSError:
+            seen = None
+        if seen != token:
+            problem = (
+                f"rank {world.rank} reads the stores of its node's ranks {list(node_ranks)}, but does not see "
+                f"rank {peer}'s at {mark.parent} ({'another job marked it' if seen else 'not there'}): the ranks "
+                f"of a node must share storage.local_dir={local_dir}, one node-local disk at one path; "
+                "point it at such a path, or set storage.scope=rank"
+            )
+            break
+    agree(world, problem)

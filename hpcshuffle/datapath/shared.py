@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from hpcshuffle.datapath.base import DataPath, RunContext, open_store, rank_store_dir
+from hpcshuffle.datapath.base import DataPath, RunContext, check_node_shares, open_store, rank_store_dir
 from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.node_cache import PlannedCache
 from hpcshuffle.plan import EpochPlan
@@ -20,6 +20,7 @@ class SharedPath(DataPath):
         if config.storage.replica:
             share = replica_ids(spec.num_samples, world.local_rank, world.local_size)
             self.replica = open_store(run, rank_store_dir(run, world.rank), share, headroom=0.0)
+            check_node_shares(run, self.replica, world.node_ranks)
             self.store_roots = [rank_store_dir(run, rank) for rank in world.node_ranks]
             self.counter = "read_local"
         elif config.cache.enabled:

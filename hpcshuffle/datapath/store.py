@@ -1,8 +1,12 @@
-"""Local shuffling's data path: a rank trains on its node-local partition; nothing moves."""
+"""Local shuffling's data path: a rank trains on its node-local partition; nothing moves.
+
+With storage.scope=node the partition is its node's: the rank trains on what the plan deals it
+from all the node's stores, reading its peers' stores as its own.
+"""
 
 from __future__ import annotations
 
-from hpcshuffle.datapath.base import DataPath, RunContext, open_store, rank_store_dir
+from hpcshuffle.datapath.base import DataPath, RunContext, check_node_shares, open_store, rank_store_dir
 from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan
 from hpcshuffle.store import StoreError
@@ -23,6 +27,11 @@ class StorePath(DataPath):
         headroom = run.config.strategy.headroom(run.spec)
         self.store = open_store(run, rank_store_dir(run, rank), run.first_plan.held[rank], headroom)
         self.store_roots = [self.store.root]
+        spec = run.spec
+        if spec.ranks_per_node > 1:
+            node_ranks = spec.node_ranks(spec.node_of(rank))
+            check_node_shares(run, self.store, node_ranks)
+            self.store_roots = [rank_store_dir(run, peer) for peer in node_ranks]
         self.held_ids: list[int] = []
         self.make_loader()
 
@@ -37,6 +46,13 @@ class StorePath(DataPath):
                 f"(e.g. {diff.extra[:5]}); was {self.store.root} changed by another job?"
             )
         super().start_epoch(plan, first_step, row)
+
+    def set_order(self, plan: EpochPlan, first_step: int) -> None:
+        if len(self.store_roots) == 1:
+            super().set_order(plan, first_step)
+            return
+        start, rank = first_step * self.spec.batch_size, self.world.rank
+        self.order.set_order(plan.order[rank][start:], plan.epoch, homes=plan.homes(rank)[start:])
 
     def end_epoch(self, stopped: int | None, row: RankEpoch) -> None:
         if stopped is None:

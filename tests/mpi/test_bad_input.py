@@ -62,15 +62,6 @@ def test_ranks_with_different_seeds_are_detected(small_dataset, tmp_path):
     fails_with(run_mpi(1, args, timeout_s=120), "ranks disagree on the resolved config", "ranks [0]", "ranks [1]")
 
 
-def test_store_in_use_by_another_job(small_dataset, tmp_path):
-    """Two concurrent jobs must not share a store directory: the second is refused, the first is untouched."""
-    from hpcshuffle.store import Store
-
-    with Store(tmp_path / "store" / "rank00001"):
-        args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", "shuffle=local")
-        fails_with(run_mpi(RANKS, args, timeout_s=120), "is in use by another process", "storage.local_dir")
-
-
 def test_a_corrupt_image_fails_naming_it_or_is_skipped_and_counted(tmp_path):
     data = synth_imagefolder(tmp_path / "data", 60, num_classes=2, num_val_samples=8, image_size=8, progress=False)
     bad = sorted((data / "train").rglob("*.jpg"))[5]

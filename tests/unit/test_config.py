@@ -74,11 +74,42 @@ def test_paper_recipes():
         ("shuffle.virtual_chunk=2", "shuffle.virtual_chunk only applies with shuffle.virtual_workers=M"),
         ("shuffle.virtual_workers=8 loader.on_error=skip", "set loader.on_error=fail"),
         ("shuffle.virtual_workers=8 shuffle=global cache.policy=lru", "set cache.policy=none and storage.replica=false"),
+        ("storage.scope=nodes", "storage.scope must be one of"),
+        ("storage.ranks_per_node=0", "storage.ranks_per_node must be >= 1"),
     ],
 )
 def test_bad_settings_are_named(override, message):
     with pytest.raises(ConfigError, match=message):
         run_config(*override.split())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "node_size", "workers", "expected"),
+    [
+        (["shuffle=local"], 4, 16, 4),  # auto: several nodes of several ranks share node stores
+        (["shuffle=partial", "shuffle.q=0.3"], 4, 4, 1),  # auto on one node: rank scope, or PLS would move nothing
+        (["shuffle=local"], 1, 8, 1),  # one rank per node: nothing to share
+        (["shuffle=local", "storage.scope=rank"], 4, 16, 1),
+        (["shuffle=local", "storage.scope=node"], 4, 4, 4),  # asked for: one node, LS over all of it
+        (["shuffle=global"], 4, 16, 1),  # reads shared storage: no partition to share
+        (["shuffle=local"], 0, 16, 1),  # auto with uneven nodes: rank scope
+    ],
+)
+def test_storage_scope_picks_ranks_per_node(overrides, node_size, workers, expected):
+    assert run_config(*overrides).ranks_per_node(node_size, "", workers) == expected
+
+
+@pytest.mark.parametrize(
+    ("overrides", "node_size", "message"),
+    [
+        (["shuffle=locality", "storage.scope=node"], 4, "shuffle=locality keeps one per rank: set storage.scope=rank"),
+        (["shuffle=local", "shuffle.virtual_workers=64", "storage.scope=node"], 4, "with virtual workers keeps one per rank"),
+        (["shuffle=local", "storage.scope=node"], 0, "needs every node to run the same number of consecutive ranks"),
+    ],
+)
+def test_node_scope_that_cannot_work_is_named(overrides, node_size, message):
+    with pytest.raises(ConfigError, match=message):
+        run_config(*overrides).ranks_per_node(node_size, "ranks 0..2 are not on one node", 16)
 
 
 def test_a_synthetic_dataset_from_before_formats_is_reused_as_imagefolder(tmp_path):
