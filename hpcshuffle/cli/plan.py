@@ -19,29 +19,37 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--batch", type=int, default=32, help="b, samples per rank per iteration")
     plan.add_argument("--epochs", type=int, default=3)
     plan.add_argument("--seed", type=int, default=0)
+    plan.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
+                      help="ranks sharing a node's partition (storage.scope=node); 1: rank scope")
     plan.add_argument("--json", action="store_true", help="per epoch and rank: ids held and order")
     plan.set_defaults(run=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     q = get_strategy(args.shuffle).q_for(args.q)
-    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed)
+    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node)
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
 
 
 def plan_summary(plans: list[EpochPlan]) -> str:
     spec = plans[0].spec
+    unit = "node" if spec.ranks_per_node > 1 else "rank"
+    nodes = f", {spec.nodes} nodes of {spec.ranks_per_node} ranks sharing a partition" if unit == "node" else ""
     lines = [
-        f"N={spec.num_samples} samples, M={spec.num_ranks} workers, b={spec.batch_size}, q={spec.q}, "
+        f"N={spec.num_samples} samples, M={spec.num_ranks} workers{nodes}, b={spec.batch_size}, q={spec.q}, "
         f"seed={spec.seed}: {spec.iterations} iterations/epoch, every rank trains on {spec.max_share} "
-        f"samples/epoch; partitions {spec.min_share}..{spec.max_share}",
-        f"{'epoch':>5} {'held min..max':>14} {'sent/rank':>12} {'recv/rank':>12} {'peak/rank':>10} "
+        f"samples/epoch; partitions {spec.num_samples // spec.nodes}..{-(-spec.num_samples // spec.nodes)}",
+        f"{'epoch':>5} {'held min..max':>14} {f'sent/{unit}':>12} {f'recv/{unit}':>12} {f'peak/{unit}':>10} "
         f"{'bound':>6} {'shared reads':>13}",
     ]
+
+    def per_unit(counts: list[int]) -> list[int]:
+        return [sum(counts[rank] for rank in spec.node_ranks(node)) for node in range(spec.nodes)]
+
     for plan in plans:
-        held = [len(ids) for ids in plan.held]
-        sent, received, peak = plan.sent_counts(), plan.received_counts(), plan.store_peak()
+        held = per_unit([len(ids) for ids in plan.held])
+        sent, received, peak = per_unit(plan.sent_counts()), per_unit(plan.received_counts()), per_unit(plan.store_peak())
         lines.append(
             f"{plan.epoch:>5} {f'{min(held)}..{max(held)}':>14} {f'{min(sent)}..{max(sent)}':>12} "
             f"{f'{min(received)}..{max(received)}':>12} {max(peak):>10} {spec.storage_bound():>6} "

@@ -26,6 +26,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     stage.add_argument("--workers", type=int, required=True, help="M, ranks of the training job")
     stage.add_argument("--q", type=float, default=None, help="exchange fraction (room is reserved for it)")
     stage.add_argument("--seed", type=int, default=0, help="the training run's seed")
+    stage.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
+                       help="the training run's ranks sharing a node's partition (storage.scope=node); 1: rank scope")
     stage.add_argument("--format", choices=sorted(FORMATS), default="imagefolder")
     stage.add_argument("--split", default=None, help="default: the format's training split")
     stage.add_argument("--threads", type=int, default=8, help="parallel copies per rank")
@@ -48,7 +50,7 @@ def cmd_stage(args: argparse.Namespace) -> None:
     split = args.split or dataset_format.splits[0]
     world = discover()
     catalog = on_root(world, lambda: dataset_format.scan(Path(args.src), split), ValueError, OSError)
-    spec = PlanSpec(len(catalog), args.workers, batch_size=1, q=q, seed=args.seed)
+    spec = PlanSpec(len(catalog), args.workers, batch_size=1, q=q, seed=args.seed, ranks_per_node=args.ranks_per_node)
     if world.size > 1:
         if world.size != args.workers:
             raise ValueError(f"--workers {args.workers} but this job has {world.size} MPI ranks; they must match")

@@ -111,6 +111,25 @@ def test_plan_summary_bound_is_exact(capsys):
     assert int(cols[5]) == 11  # ⌈1.1 · 100/10⌉
 
 
+def test_plan_summary_per_node(capsys):
+    """1000 samples on 2 nodes × 4 ranks: node partitions of 500, k = ⌊0.3·500⌋ = 150 slots, a node
+    sends in a slot when the 2-node permutation swaps; the bound is ⌈1.3·1000/2⌉ = 650."""
+    out = run_plan(capsys, "--samples", "1000", "--workers", "8", "--shuffle", "partial", "--q", "0.3",
+                   "--batch", "10", "--epochs", "1", "--ranks-per-node", "4")
+    lines = out.rstrip("\n").split("\n")
+    assert "2 nodes of 4 ranks sharing a partition" in lines[0] and "partitions 500..500" in lines[0]
+    assert lines[1].split()[3:6] == ["sent/node", "recv/node", "peak/node"]
+    cols = lines[2].split()
+    assert cols[1] == "500..500" and cols[2] == cols[3] and int(cols[2].split("..")[0]) <= 150
+    assert int(cols[4]) == 500 + int(cols[3].split("..")[0]) <= int(cols[5]) == 650
+
+
+def test_ranks_per_node_that_does_not_divide_exits_2(capsys):
+    err = cli_error(capsys, "plan", "--samples", "100", "--workers", "8", "--shuffle", "local", "--batch", "5",
+                    "--ranks-per-node", "3")
+    assert "8 workers cannot be split into nodes of 3 ranks" in err
+
+
 def test_partial_without_q_exits_2(capsys):
     err = cli_error(capsys, "plan", "--samples", "100", "--workers", "4", "--shuffle", "partial", "--batch", "5")
     assert "--q" in err

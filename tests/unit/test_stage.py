@@ -235,6 +235,14 @@ def test_stage_cli_stages_each_ranks_epoch0_partition(tmp_path, catalog, capsys)
             assert store.ids() == set(held[rank].tolist()) and store.epoch == 0
 
 
+def test_stage_cli_stages_node_scope_partitions(tmp_path, catalog, capsys):
+    stage_cli(catalog, tmp_path / "local", "--shuffle", "local", "--ranks-per-node", "2", "--ranks", "0-1")
+    held = next(plan_epochs(PlanSpec(SAMPLES, 4, 1, 0.0, 0, ranks_per_node=2), "local", 1)).held
+    for rank in (0, 1):
+        with Store(rank_dir(tmp_path / "local", rank)) as store:
+            assert store.ids() == set(held[rank].tolist())
+
+
 def test_stage_cli_splits_a_node_replica_for_global(tmp_path, catalog, capsys):
     stage_cli(catalog, tmp_path / "local", "--shuffle", "global", "--ranks", "0-2")
     for local_rank in range(3):
