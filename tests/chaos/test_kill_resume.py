@@ -4,6 +4,7 @@ Each case kills one rank of a 4-rank PLS run during epoch 1 (HPCSHUFFLE_CHAOS_KI
 hpcshuffle/chaos.py), after one exchange has changed the partition, checks that every sample is
 still in some store, restarts the same command, and compares the audit and the loss curve with
 an uninterrupted run's (the shared `trained` run that tests/mpi/test_train_audit.py also checks).
+One case does the same with the ranks pretending to be 2 nodes × 2 ranks (storage.scope=node).
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ RANKS, KILL_EPOCH, Q = 4, 1, 0.5
 PLS = ("shuffle=partial", f"shuffle.q={Q}", "audit=true")
 SPEC = PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0)
 PLANS = list(plan_epochs(SPEC, "partial", EPOCHS))
+NODES = ("storage.scope=node", "storage.ranks_per_node=2")
+NODE_PLANS = list(plan_epochs(PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0, ranks_per_node=2), "partial", EPOCHS))
 # random but fixed, so that a failure names a kill point that reproduces it; two points inside
 # the exchange's iterations take the same recovery path as more would
 _draw = random.Random(2026)
@@ -38,17 +41,22 @@ KILLS = [
 ] + [
     (_draw.randrange(RANKS), point) for point in ("before_barrier", "mid_clean", "before_checkpoint")
 ]
+NODE_KILLS = [(_draw.randrange(RANKS), f"iteration-{_draw.randrange(SPEC.iterations)}")]
 
 
 def pls_args(dataset, tmp_path, *extra: str) -> list[str]:
     return train_args(dataset, tmp_path / "run", tmp_path / "store", *PLS, *extra)
 
 
+def uninterrupted(trained, *extra: str) -> dict:
+    """The uninterrupted run: its audit and its losses."""
+    run_dir = trained(RANKS, *PLS, *extra) / "run"
+    return {"audit": audit_by_epoch(run_dir), "metrics": read_jsonl(run_dir / "metrics.jsonl")}
+
+
 @pytest.fixture(scope="module")
 def reference(trained) -> dict:
-    """The uninterrupted run: its audit and its losses."""
-    run_dir = trained(RANKS, *PLS) / "run"
-    return {"audit": audit_by_epoch(run_dir), "metrics": read_jsonl(run_dir / "metrics.jsonl")}
+    return uninterrupted(trained)
 
 
 def files_on_disk(store_root) -> list[set[int]]:
@@ -71,8 +79,8 @@ def assert_continues_like_reference(run_dir, reference: dict) -> None:
     assert losses == pytest.approx([record["train_loss"] for record in reference["metrics"]], rel=1e-6, abs=1e-9)
 
 
-def assert_stores_hold_the_final_partition(store_root) -> None:
-    final = PLANS[-1].next_held()
+def assert_stores_hold_the_final_partition(store_root, plans=PLANS) -> None:
+    final = plans[-1].next_held()
     for rank, rank_dir in enumerate(sorted(store_root.iterdir())):
         manifest = json.loads((rank_dir / "manifest.json").read_text())
         assert manifest["epoch"] == EPOCHS
@@ -82,7 +90,17 @@ def assert_stores_hold_the_final_partition(store_root) -> None:
 
 @pytest.mark.parametrize(("rank", "point"), KILLS, ids=[f"rank{r}-{p}" for r, p in KILLS])
 def test_sigkill_inside_an_epoch_then_restart(small_dataset, tmp_path, reference, rank, point):
-    args = pls_args(small_dataset, tmp_path)
+    kill_and_restart(pls_args(small_dataset, tmp_path), tmp_path, reference, PLANS, rank, point)
+
+
+@pytest.mark.parametrize(("rank", "point"), NODE_KILLS, ids=[f"rank{r}-{p}" for r, p in NODE_KILLS])
+def test_sigkill_inside_a_node_scope_epoch_then_restart(small_dataset, tmp_path, trained, rank, point):
+    """Ranks read their node's other stores and only nodes exchange: the same guarantees hold."""
+    args = pls_args(small_dataset, tmp_path, *NODES)
+    kill_and_restart(args, tmp_path, uninterrupted(trained, *NODES), NODE_PLANS, rank, point)
+
+
+def kill_and_restart(args: list[str], tmp_path, reference: dict, plans, rank: int, point: str) -> None:
     killed = run_mpi(RANKS, args, env={ENV: f"{rank}:{KILL_EPOCH}:{point}"})
     assert killed.returncode != 0, "the chaos kill did not happen"
     assert "Killed" in killed.stdout + killed.stderr or killed.returncode in (9, 137, -9)
@@ -101,7 +119,7 @@ def test_sigkill_inside_an_epoch_then_restart(small_dataset, tmp_path, reference
     assert any(f"resume: {tmp_path / 'run' / 'checkpoint.pt'} at epoch {epoch}, step 0" in resumed.stdout
                for epoch in epochs), resumed.stdout[-2000:]
     assert_continues_like_reference(tmp_path / "run", reference)
-    assert_stores_hold_the_final_partition(tmp_path / "store")
+    assert_stores_hold_the_final_partition(tmp_path / "store", plans)
 
 
 def test_sigkill_after_a_step_checkpoint_resumes_inside_the_epoch(small_dataset, tmp_path, reference):
