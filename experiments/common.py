@@ -72,7 +72,9 @@ def train(run_dir: Path, overrides: list[str], epochs: int, ranks: int = 1, virt
         (run_dir / "metrics.jsonl").unlink()
     launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
     virtual = [f"shuffle.virtual_workers={virtual_workers}"] if virtual_workers else []
-    command = [*launcher, sys.executable, "-m", "hpcshuffle.train", *overrides, *virtual, f"epochs={epochs}",
+    # the papers give each GPU its own partition: rank scope, whatever nodes this machine has
+    scope = [] if any(o.startswith("storage.scope=") for o in overrides) else ["storage.scope=rank"]
+    command = [*launcher, sys.executable, "-m", "hpcshuffle.train", *overrides, *scope, *virtual, f"epochs={epochs}",
                f"hydra.run.dir={run_dir}", "checkpoint.every_epochs=0", "progress=false"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     start = time.perf_counter()

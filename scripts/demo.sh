@@ -30,12 +30,14 @@ else
 fi
 if [ -n "$shared" ]; then shared_overrides=("storage.shared_dir=$shared"); fi
 
+# rank scope: on one machine node scope (storage.scope=node) would make every rank one node's,
+# so LS, PLS and GS would all mix the whole dataset and look alike
 for shuffle in global local "partial shuffle.q=0.3"; do
   name=${shuffle%% *}
-  echo "== $name shuffling on $ranks ranks =="
+  echo "== $name shuffling on $ranks ranks, storage.scope=rank (each rank its own partition) =="
   # shellcheck disable=SC2086 # $shuffle holds two overrides for partial
   timeout 900 mpiexec -n "$ranks" python -m hpcshuffle.train shuffle=$shuffle epochs="$epochs" \
-    storage.local_dir="$store" hydra.run.dir="$out/$name" "${shared_overrides[@]}"
+    storage.scope=rank storage.local_dir="$store" hydra.run.dir="$out/$name" "${shared_overrides[@]}"
 done
 echo
 echo "== breakdown (make demo) =="

@@ -28,6 +28,19 @@ def test_stage_benchmark_prints_its_ratio_last():
     assert lines[1].split() == ["method", "seconds", "MiB/s"]
 
 
+def test_node_scope_benchmark_prints_its_ratio_last():
+    result = subprocess.run(
+        [sys.executable, "benchmarks/node_scope.py", "--samples", "200", "--epochs", "2", "--batch", "8"],
+        check=False, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert re.fullmatch(r"node/rank samples sent \(partial, q 0\.3\): \d+\.\d\d", lines[-1]), lines[-1]
+    rows = [line.split() for line in lines[2:6]]
+    assert [row[:2] for row in rows] == [["local", "rank"], ["local", "node"], ["partial", "rank"], ["partial", "node"]]
+    assert all(row[2] == "0" for row in rows), "a run lost or duplicated samples"
+
+
 def test_train_throughput_benchmark_prints_its_ratio_last():
     result = subprocess.run(
         [sys.executable, "benchmarks/train_throughput.py", "--device", "cpu", "--model", "small_cnn",
