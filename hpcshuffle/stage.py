@@ -183,21 +183,25 @@ def gib(nbytes: float) -> str:
     return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"
 
 
-def peer_moves(wants: list[np.ndarray], offers: list[np.ndarray]) -> Exchange | None:
-    """Moves that give each rank the samples it wants from the lowest other rank offering them.
+def peer_moves(wants: list[np.ndarray], offers: list[np.ndarray], nodes: list[int] | None = None) -> Exchange | None:
+    """Moves that give each rank the samples it wants from another rank offering them: the lowest
+    such rank on the wanting rank's node (`nodes[r]`: rank r's node; MPI between a node's ranks
+    goes through shared memory, not the network), else the lowest such rank anywhere.
 
     Pure; every rank computes it from the same gathered lists. Samples no rank offers are left
     for `execute` to copy from shared storage. None when nothing moves.
     """
-    holder: dict[int, int] = {}
-    for rank in reversed(range(len(offers))):
-        holder.update(dict.fromkeys(offers[rank].tolist(), rank))
-    rows = [
-        (holder[sample_id], rank, sample_id)
-        for rank, wanted in enumerate(wants)
-        for sample_id in wanted.tolist()
-        if holder.get(sample_id, rank) != rank
-    ]
+    nodes = list(range(len(offers))) if nodes is None else nodes
+    holders: dict[int, list[int]] = {}
+    for rank, offered in enumerate(offers):
+        for sample_id in offered.tolist():
+            holders.setdefault(sample_id, []).append(rank)
+    rows = []
+    for rank, wanted in enumerate(wants):
+        for sample_id in wanted.tolist():
+            offering = holders.get(sample_id, [rank])
+            if rank not in offering:
+                rows.append((next((r for r in offering if nodes[r] == nodes[rank]), offering[0]), rank, sample_id))
     if not rows:
         return None
     src, dst, sample_id = (np.array(column, dtype=np.int64) for column in zip(*rows))
@@ -215,8 +219,8 @@ def take_from_peers(world: World, store: Store, work: StageWork, timeout_s: floa
     """
     wants = np.setdiff1d(work.to_copy, work.changed)  # a changed source: only shared storage has it
     offers = np.array(sorted(store.ids() - set(work.corrupt) - set(work.changed)), dtype=np.int64)
-    gathered = world.comm.allgather((wants, offers))
-    moves = peer_moves([w for w, _ in gathered], [o for _, o in gathered])
+    gathered = world.comm.allgather((wants, offers, world.node_ranks[0]))
+    moves = peer_moves([w for w, _, _ in gathered], [o for _, o, _ in gathered], [n for _, _, n in gathered])
     if moves is None:
         return work
     scheduler = Scheduler(world.comm, store, plan_key="", timeout_s=timeout_s)

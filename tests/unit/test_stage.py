@@ -213,6 +213,14 @@ def test_peer_moves_take_from_the_lowest_other_holder():
     assert set(moves.iteration.tolist()) == {0}
 
 
+def test_peer_moves_take_from_the_wanting_ranks_node_first():
+    wants = [ids(), ids(), ids(), ids(7, 8)]
+    offers = [ids(7, 8), ids(), ids(7), ids()]
+    # ranks 0-1 on node 0, ranks 2-3 on node 1: rank 3 takes 7 from rank 2 (its node), 8 from rank 0
+    moves = peer_moves(wants, offers, nodes=[0, 0, 2, 2])
+    assert sorted(zip(moves.src.tolist(), moves.dst.tolist(), moves.sample_id.tolist())) == [(0, 3, 8), (2, 3, 7)]
+
+
 def test_peer_moves_never_send_to_oneself_and_may_be_none():
     assert peer_moves([ids(4), ids()], [ids(4), ids()]) is None  # only rank 0 holds what it wants
     assert peer_moves([ids(), ids()], [ids(1), ids(2)]) is None
