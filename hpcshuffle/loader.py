@@ -17,6 +17,7 @@ make every sample's tensor the same either way; only the order inside a batch ch
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import threading
@@ -261,9 +262,10 @@ class EpochOrder(Sampler[SampleKey]):
     def _locality_keys(self) -> Iterator[SampleKey]:
         lent: dict[int, list[bytes]] = defaultdict(list)
         borrowed_step = None
-        for sample_id, source, step in zip(self.sample_ids, self.sources, self.steps):
+        homes = self.homes or itertools.repeat(-1)
+        for sample_id, source, step, home in zip(self.sample_ids, self.sources, self.steps, homes):
             if source != FROM_LOAN:
-                yield SampleKey(self.epoch, sample_id, shared=source == FROM_SHARED)
+                yield SampleKey(self.epoch, sample_id, shared=source == FROM_SHARED, home=home)
                 continue
             if step != borrowed_step:  # the step's first borrowed sample: take in all of them
                 for lent_id, data in self.borrow(step):

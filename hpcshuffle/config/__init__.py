@@ -86,11 +86,11 @@ class RunConfig:
             return 1
         if not strategy.node_scope or self.shuffle.virtual_workers:
             if scope == "node":
-                raise ConfigError(
-                    f"storage.scope=node shares a node's store among its ranks; shuffle={strategy.name}"
-                    f"{' with virtual workers' if self.shuffle.virtual_workers else ''} keeps one per rank: "
-                    "set storage.scope=rank (or auto)", collective=True,
-                )
+                why = ("shuffle.virtual_workers simulates the workers in one process, with no node stores"
+                       if self.shuffle.virtual_workers else
+                       f"shuffle={strategy.name} reads shared storage and has no partition to share")
+                raise ConfigError(f"storage.scope=node shares a node's partition among its ranks, but {why}: "
+                                  "set storage.scope=rank (or auto)", collective=True)
             return 1
         if node_size == 0:
             if scope == "node":

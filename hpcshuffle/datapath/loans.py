@@ -1,5 +1,6 @@
 """Locality-aware loading's data path: global shuffling's batches from the node-local stores,
-ranks lending each other samples for one step (loans.py) to even out their local batches."""
+ranks lending each other samples for one step (loans.py) to even out their local batches.
+With storage.scope=node a rank reads its node's stores, and only nodes lend to each other."""
 
 from __future__ import annotations
 
@@ -26,9 +27,10 @@ class LoanPath(StorePath):
         self.lent_per_step = plan.loans.lent_per_step(rank, self.spec.iterations) if plan.loans else None
         self.lender.start_epoch(plan, first_step)
         self.waited_s = 0.0
+        homes = plan.homes(rank)[start:] if len(self.store_roots) > 1 else None
         self.order.set_order(
             plan.order[rank][start:], plan.epoch, sources=self.sources[start:], borrow=self.lender.borrowed,
-            steps=self.spec.step_of(first_step),
+            steps=self.spec.step_of(first_step), homes=homes,
         )
 
     def before_step(self, step: int, row: RankEpoch, sample_ids: list[int]) -> None:

@@ -33,34 +33,49 @@ def plan_locality(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochPl
 
     A rank's local batch lists its own samples (in global-batch order), then the uncached ones
     it reads from shared storage, then what it borrows, in the order of the transfers.
+
+    When the ranks of a node share its stores (`spec.ranks_per_node` R > 1) the same is done per
+    node: a node's batch is the samples of the global batch its stores hold, uncached ones and
+    borrowed ones, R times a rank's share, dealt to its ranks in that order. Only nodes lend to
+    each other, the rank whose store holds a sample to the rank it is dealt to.
     """
-    ranks = spec.num_ranks
-    owner = holders(spec, held)
+    per_node, nodes = spec.ranks_per_node, spec.nodes
+    holder = holders(spec, held)
+    node_of = np.where(holder >= 0, holder // per_node, -1)
     global_order = plan_global(spec, held, epoch).order
-    orders: list[list[np.ndarray]] = [[] for _ in range(ranks)]
-    loan_rows: list[tuple[int, int, int, int]] = []  # (step, src, dst, sample_id)
-    reads_shared = [0] * ranks
+    orders: list[list[np.ndarray]] = [[] for _ in range(spec.num_ranks)]
+    loan_rows: list[tuple[int, int, int, int]] = []  # (step, src rank, dst rank, sample_id)
+    reads_shared = [0] * spec.num_ranks
     for step in range(spec.iterations):
         start, stop = spec.batch_bounds(step)
         batch = np.concatenate([order[start:stop] for order in global_order])
-        batch_owner = owner[batch]
-        local = [list(batch[batch_owner == rank]) for rank in range(ranks)]
-        uncached = list(batch[batch_owner == -1])
-        share = stop - start
-        # uncached samples go to the ranks short of their share, largest shortfall first
-        shared = [[] for _ in range(ranks)]
-        for rank in np.argsort([len(ids) - share for ids in local], kind="stable"):
-            take = max(0, share - len(local[rank]))
-            shared[rank], uncached = uncached[:take], uncached[take:]
-            reads_shared[rank] += len(shared[rank])
+        batch_node = node_of[batch]
+        local = [list(batch[batch_node == node]) for node in range(nodes)]
+        uncached = list(batch[batch_node == -1])
+        share = stop - start  # per rank; a node trains R times as many
+        # uncached samples go to the nodes short of their share, largest shortfall first
+        shared = [[] for _ in range(nodes)]
+        for node in np.argsort([len(ids) - per_node * share for ids in local], kind="stable"):
+            take = max(0, per_node * share - len(local[node]))
+            shared[node], uncached = uncached[:take], uncached[take:]
         counts = np.array([len(mine) + len(extra) for mine, extra in zip(local, shared)])
-        borrowed = [[] for _ in range(ranks)]
-        for src, dst, amount in balance(counts, np.full(ranks, share)):
+        borrowed = [[] for _ in range(nodes)]
+        lent_to: list[tuple[int, int]] = []  # (dst node, sample_id), in the order of the transfers
+        for src, dst, amount in balance(counts, np.full(nodes, per_node * share)):
             lent, local[src] = local[src][-amount:], local[src][:-amount]
             borrowed[dst] += lent
-            loan_rows += [(step, src, dst, int(sample_id)) for sample_id in lent]
-        for rank in range(ranks):
-            orders[rank].append(np.array(local[rank] + shared[rank] + borrowed[rank], dtype=np.int64))
+            lent_to += [(dst, int(sample_id)) for sample_id in lent]
+        receivers: list[list[int]] = []  # per node, the rank each of its borrowed samples is dealt to
+        for node in range(nodes):
+            batch_of_node = local[node] + shared[node] + borrowed[node]
+            first_shared, first_borrowed = len(local[node]), len(local[node]) + len(shared[node])
+            for index, rank in enumerate(spec.node_ranks(node)):
+                begin, end = index * share, (index + 1) * share
+                orders[rank].append(np.array(batch_of_node[begin:end], dtype=np.int64))
+                reads_shared[rank] += max(0, min(end, first_borrowed) - max(begin, first_shared))
+            receivers.append([spec.node_ranks(node)[(first_borrowed + i) // share] for i in range(len(borrowed[node]))])
+        next_receiver = [iter(ranks) for ranks in receivers]
+        loan_rows += [(step, int(holder[sample_id]), next(next_receiver[dst]), sample_id) for dst, sample_id in lent_to]
     loans = Loans(*np.array(loan_rows, dtype=np.int64).reshape(-1, 4).T)
     return EpochPlan(
         spec=spec,
@@ -70,4 +85,3 @@ def plan_locality(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochPl
         loans=loans if len(loans.sample_id) else None,
         reads_shared=reads_shared,
     )
-

@@ -87,9 +87,9 @@ class Strategy:
 
     @property
     def node_scope(self) -> bool:
-        """Whether the ranks of a node can share one store (storage.scope=node): a strategy that
-        trains on its store, with or without an exchange. Locality loans and shared reads are per rank."""
-        return self.home == HOME_STORE and self.data_path in (PATH_STORE, PATH_EXCHANGE)
+        """Whether the ranks of a node can share its partition (storage.scope=node): a strategy whose
+        samples live in node-local stores. One that reads shared storage has no partition."""
+        return self.home == HOME_STORE
 
 
 STRATEGIES: dict[str, Strategy] = {

@@ -1,7 +1,8 @@
 """storage.scope=node on real `mpiexec` ranks, one machine pretending to be 2 nodes × 2 ranks.
 
-The ranks of a node train on their node's partition dealt afresh each epoch, reading each
-other's stores; only moves between nodes cross MPI. Checked from the audit against the plan.
+The ranks of a node train on their node's partition dealt afresh each epoch (or, with
+locality-aware loading, on their node's part of each global batch), reading each other's stores;
+only moves and loans between nodes cross MPI. Checked from the audit against the plan.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ NODES = ("storage.scope=node", f"storage.ranks_per_node={PER_NODE}")
 RUNS = {  # shuffle: (overrides, epochs)
     "local": (("shuffle=local", "audit=true", f"epochs={SHORT_EPOCHS}"), SHORT_EPOCHS),
     "partial": (("shuffle=partial", f"shuffle.q={Q}", "audit=true"), EPOCHS),
+    "locality": (("shuffle=locality", "audit=true", f"epochs={SHORT_EPOCHS}"), SHORT_EPOCHS),
 }
 
 
@@ -38,7 +40,7 @@ def test_node_scope_trains_each_sample_once_and_moves_only_between_nodes(trained
         for rank, row in enumerate(rows):
             assert row["held"] == plan.held[rank].tolist()
             assert row["trained"] == plan.order[rank].tolist()
-        for node in range(RANKS // PER_NODE):
+        for node in range(RANKS // PER_NODE if shuffle != "locality" else 0):  # locality trains GS batches
             mine = [rows[rank] for rank in range(node * PER_NODE, (node + 1) * PER_NODE)]
             node_held = {i for row in mine for i in row["held"]}
             assert {i for row in mine for i in row["trained"]} == node_held, "a node trained on another node's samples"
@@ -46,10 +48,9 @@ def test_node_scope_trains_each_sample_once_and_moves_only_between_nodes(trained
     metrics = read_jsonl(run_dir / "metrics.jsonl")
     assert {(m["scope"], m["ranks_per_node"]) for m in metrics} == {("node", PER_NODE)}
     for record, plan in zip(metrics, plans):
-        moves = plan.exchange
-        crossing = 0 if moves is None else len(moves.src)
-        assert moves is None or (moves.src // PER_NODE != moves.dst // PER_NODE).all()
-        assert record["samples"]["sent"] == record["samples"]["received"] == crossing
+        for moves in (plan.exchange, plan.loans):  # moved for good, or lent for one step
+            assert moves is None or (moves.src // PER_NODE != moves.dst // PER_NODE).all()
+        assert record["samples"]["sent"] == record["samples"]["received"] == sum(plan.sent_counts())
         assert record["samples"]["read_shared"] == 0
 
 

@@ -92,6 +92,7 @@ def test_bad_settings_are_named(override, message):
         (["shuffle=local", "storage.scope=rank"], 4, 16, 1),
         (["shuffle=local", "storage.scope=node"], 4, 4, 4),  # asked for: one node, LS over all of it
         (["shuffle=global"], 4, 16, 1),  # reads shared storage: no partition to share
+        (["shuffle=locality"], 4, 16, 4),
         (["shuffle=local"], 0, 16, 1),  # auto with uneven nodes: rank scope
     ],
 )
@@ -102,8 +103,8 @@ def test_storage_scope_picks_ranks_per_node(overrides, node_size, workers, expec
 @pytest.mark.parametrize(
     ("overrides", "node_size", "message"),
     [
-        (["shuffle=locality", "storage.scope=node"], 4, "shuffle=locality keeps one per rank: set storage.scope=rank"),
-        (["shuffle=local", "shuffle.virtual_workers=64", "storage.scope=node"], 4, "with virtual workers keeps one per rank"),
+        (["shuffle=global", "storage.scope=node"], 4, "shuffle=global reads shared storage and has no partition to share: set storage.scope=rank"),
+        (["shuffle=local", "shuffle.virtual_workers=64", "storage.scope=node"], 4, "simulates the workers in one process"),
         (["shuffle=local", "storage.scope=node"], 0, "needs every node to run the same number of consecutive ranks"),
     ],
 )

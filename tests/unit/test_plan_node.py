@@ -99,3 +99,31 @@ def test_node_storage_bound():
     assert spec.nodes == 2 and spec.node_min_share == 500
     assert spec.storage_bound() == 551  # ⌈1.1 · 1001 / 2⌉ = ⌈550.55⌉
     assert spec.storage_headroom() == pytest.approx(551 / 501 - 1)
+
+
+@pytest.mark.parametrize(("n", "m", "r", "cached"), [(211, 4, 2, 1.0), (400, 6, 3, 0.5), (97, 8, 4, 0.75)])
+def test_node_locality_trains_global_batches_and_lends_only_between_nodes(n, m, r, cached):
+    from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE
+    from hpcshuffle.plan.global_ import plan_global
+    from hpcshuffle.plan.locality import plan_locality
+
+    spec = PlanSpec(n, m, 4, seed=2, ranks_per_node=r)
+    held = [ids[: int(len(ids) * cached)] for ids in initial_partition(spec)]  # stores hold a part
+    plan = plan_locality(spec, held, 1)
+    reference = plan_global(spec, held, 1).order
+    for step in range(spec.iterations):
+        start, stop = spec.batch_bounds(step)
+        trained = sorted(np.concatenate([order[start:stop] for order in plan.order]).tolist())
+        assert trained == sorted(np.concatenate([order[start:stop] for order in reference]).tolist())
+    loans = plan.loans
+    assert loans is None or (loans.src // r != loans.dst // r).all()
+    if loans is not None:
+        assert all(sample in held[src] for sample, src in zip(loans.sample_id, loans.src))
+    for rank in range(m):
+        sources = plan.sources(rank)
+        order = plan.order[rank]
+        assert np.isin(order[sources == FROM_STORE], plan.node_held(rank)).all()
+        assert not np.isin(order[sources == FROM_SHARED], np.concatenate(held)).any()
+        assert (sources == FROM_SHARED).sum() == plan.reads_shared[rank]
+        borrowed = loans.sample_id[loans.dst == rank] if loans is not None else np.empty(0, np.int64)
+        assert sorted(order[sources == FROM_LOAN].tolist()) == sorted(borrowed.tolist())
