@@ -77,7 +77,8 @@ def compare(work: Path, args: argparse.Namespace) -> None:
     results = {}
     for shuffle, shuffle_overrides in shuffles.items():
         for scope, scope_overrides in scopes.items():
-            run_dir = train(work, f"{shuffle}-{scope}", args.ranks, data, [*common, *shuffle_overrides, *scope_overrides])
+            overrides = [*common, *shuffle_overrides, *scope_overrides]
+            run_dir = train(work, f"{shuffle}-{scope}", args.ranks, data, overrides)
             records = read_jsonl(run_dir / "metrics.jsonl")
             assert {record["scope"] for record in records} == {scope}, "the run did not use the scope asked for"
             sent = sum(record["samples"]["sent"] for record in records)
@@ -85,7 +86,8 @@ def compare(work: Path, args: argparse.Namespace) -> None:
             epoch_s = sum(record["time"]["epoch"]["max"] for record in records) / len(records)
             bad = lost_or_duplicated(run_dir, args.samples)
             results[shuffle, scope] = (sent, mixing)
-            print(f"{shuffle:<8} {scope:<5} {bad:>8} {sent:>7} {sent / len(records):>10.1f} {mixing:>7.3f} {epoch_s:>8.2f}")
+            print(f"{shuffle:<8} {scope:<5} {bad:>8} {sent:>7} {sent / len(records):>10.1f} {mixing:>7.3f} "
+                  f"{epoch_s:>8.2f}")
     for shuffle in shuffles:
         print(f"mixing node − rank ({shuffle}): {results[shuffle, 'node'][1] - results[shuffle, 'rank'][1]:+.3f}")
     print(f"node/rank samples sent (partial, q {args.q:g}): "

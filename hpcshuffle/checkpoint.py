@@ -106,7 +106,8 @@ def check_resumable(checkpoint: dict, plan: dict, epochs: int, where: Path) -> N
 def layout(workers: int, processes: int, ranks_per_node: int = 1) -> str:
     if processes < workers:
         return f"{workers} virtual workers"
-    return f"{workers} ranks" + (f" sharing node stores {ranks_per_node} by {ranks_per_node}" if ranks_per_node > 1 else "")
+    sharing = f" sharing node stores {ranks_per_node} by {ranks_per_node}" if ranks_per_node > 1 else ""
+    return f"{workers} ranks{sharing}"
 
 
 class Checkpointer:
@@ -137,7 +138,8 @@ class Checkpointer:
                  f"(written by {saved_ranks} workers)")
         if not self.same_layout(found):
             now = layout(self.identity["num_ranks"], self.identity["processes"], self.identity["ranks_per_node"])
-            then = layout(saved_ranks, found["plan"].get("processes", saved_ranks), found["plan"].get("ranks_per_node", 1))
+            saved = found["plan"]
+            then = layout(saved_ranks, saved.get("processes", saved_ranks), saved.get("ranks_per_node", 1))
             self.say(f"resume: {now} instead of {then}: re-planned for {self.identity['num_ranks']} workers; each "
                      f"store is restaged to the new plan's epoch {found['epoch']} partition, "
                      "from other ranks' stores first, then from shared storage")

@@ -84,7 +84,8 @@ class Trainer:
         self.scope = "node" if ranks_per_node > 1 else "rank"
         identity = {
             "shuffle": config.shuffle.name, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
-            "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size, "q": config.shuffle.q, "seed": config.seed,
+            "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size,
+            "q": config.shuffle.q, "seed": config.seed,
             "dataset": train_catalog.fingerprint(),
         }
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)

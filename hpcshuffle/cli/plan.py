@@ -49,7 +49,8 @@ def plan_summary(plans: list[EpochPlan]) -> str:
 
     for plan in plans:
         held = per_unit([len(ids) for ids in plan.held])
-        sent, received, peak = per_unit(plan.sent_counts()), per_unit(plan.received_counts()), per_unit(plan.store_peak())
+        sent, received = per_unit(plan.sent_counts()), per_unit(plan.received_counts())
+        peak = per_unit(plan.store_peak())
         lines.append(
             f"{plan.epoch:>5} {f'{min(held)}..{max(held)}':>14} {f'{min(sent)}..{max(sent)}':>12} "
             f"{f'{min(received)}..{max(received)}':>12} {max(peak):>10} {spec.storage_bound():>6} "

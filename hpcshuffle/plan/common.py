@@ -110,7 +110,8 @@ class PlanSpec:
         return math.ceil((1 + Fraction(repr(self.q))) * Fraction(self.num_samples, self.nodes))
 
     def storage_headroom(self) -> float:
-        """The bound's room above the largest partition, as a fraction of it: ⌈(1+q)·N/nodes⌉ / ⌈N/nodes⌉ − 1."""
+        """The bound's room above the largest partition, as a fraction of it:
+        ⌈(1+q)·N/nodes⌉ / ⌈N/nodes⌉ − 1."""
         return self.storage_bound() / -(-self.num_samples // self.nodes) - 1.0
 
     def batch_bounds(self, iteration: int) -> tuple[int, int]:

@@ -30,7 +30,8 @@ from hpcshuffle.plan.common import (
 
 
 def moves_per_rank(spec: PlanSpec) -> int:
-    """k = ⌊q·⌊N/M⌋⌋, the same for every rank (per node, ⌊q·⌊N/nodes⌋⌋, when ranks share a node's store).
+    """k = ⌊q·⌊N/M⌋⌋, the same for every rank (per node, ⌊q·⌊N/nodes⌋⌋, when ranks share a node's
+    partition).
 
     Rounding down (not to nearest) keeps the peak store ⌈N/M⌉ + k within ⌈(1+q)·N/M⌉; the
     epsilon absorbs float error such as 0.7 * 10 = 7.000000000000001 or 0.3 * 10 = 2.9999….
