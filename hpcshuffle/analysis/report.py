@@ -97,7 +97,7 @@ def _score(record: dict) -> tuple[str | None, float | None]:
 def run_label(record: dict, with_workers: bool) -> str:
     """'global', 'local', 'partial-0.3' ('partial-0.3-node' where a node's ranks shared its partition);
     with workers: 'partial-0.3-M4' ('M4v': virtual workers)."""
-    label = strategy_label(record["shuffle"], record["q"]) + ("-node" if record.get("scope") == "node" else "")
+    label = strategy_label(record["shuffle"], record["q"], record.get("scope"))
     if with_workers:
         label += f"-M{record['workers']}" + ("v" if record.get("virtual_workers") else "")
     return label

@@ -12,8 +12,8 @@ import argparse
 import json
 import sys
 
-from hpcshuffle.plan import STRATEGIES, get_strategy, run_label, with_role
-from hpcshuffle.scale.engine import PHASES, Result, Scenario, check_scenario, result_row
+from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
+from hpcshuffle.scale.engine import PHASES, SCOPES, Result, Scenario, check_scenario, result_row
 from hpcshuffle.scale.platform import load_platform
 from hpcshuffle.scale.recommend import DEFAULT_QS, affordable_q, recommendation_table, simulate_all
 
@@ -43,6 +43,9 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dataset", default="imagenet1k", help="a key of the platform's datasets: (default imagenet1k)")
     parser.add_argument("--batch", type=int, default=32, help="b, samples per rank per iteration (default 32)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--scope", nargs="+", choices=SCOPES, default=["rank"],
+                        help="rank: a partition per rank; node: the platform's ranks_per_node ranks share one "
+                             "partition per node, and only inter-node moves cross the network (default rank)")
     parser.add_argument("--jobs", type=int, default=1,
                         help="simulations at a time, each its own process (≤ 4 GiB at 2,048 workers)")
 
@@ -67,13 +70,18 @@ def cmd_scale(args: argparse.Namespace) -> None:
 
 
 def scenarios_of(args: argparse.Namespace, shuffles: list[str], qs: list[float]) -> list[Scenario]:
-    """One scenario per worker count × strategy (× q for a strategy whose q is the user's)."""
-    scenarios = []
+    """One scenario per worker count × scope × strategy (× q for a strategy whose q is the user's);
+    a strategy with no partition to share (GS) runs once, in rank scope."""
+    scenarios: list[Scenario] = []
     for workers in args.workers:
-        for shuffle in shuffles:
-            strategy = get_strategy(shuffle)
-            for q in ([strategy.fixed_q] if strategy.fixed_q is not None else qs):
-                scenarios.append(Scenario(workers, shuffle, q, args.model, args.dataset, args.batch, args.seed))
+        for scope in args.scope:
+            for shuffle in shuffles:
+                strategy = get_strategy(shuffle)
+                for q in ([strategy.fixed_q] if strategy.fixed_q is not None else qs):
+                    scenario = Scenario(workers, shuffle, q, args.model, args.dataset, args.batch, args.seed,
+                                        scope=scope if strategy.node_scope else "rank")
+                    if scenario not in scenarios:
+                        scenarios.append(scenario)
     return scenarios
 
 
@@ -82,18 +90,19 @@ def _progress(line: str) -> None:
 
 
 def results_table(platform: str, args: argparse.Namespace, results: list[Result]) -> str:
-    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count."""
-    baseline = {r.workers: r.epoch_s for r in results if r.shuffle == with_role("baseline").name}
+    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count and scope."""
+    baseline = {(r.workers, r.scope): r.epoch_s for r in results if r.shuffle == with_role("baseline").name}
     lines = [
         f"platform {platform}: {args.model} on {args.dataset}, b={args.batch} per rank; seconds per epoch "
         "(epoch: slowest rank; phases: mean over ranks)",
-        f"{'workers':>7} {'run':<12} {'iters':>6} {'epoch':>9} " + " ".join(f"{p:>9}" for p in PHASES)
+        f"{'workers':>7} {'run':<17} {'iters':>6} {'epoch':>9} " + " ".join(f"{p:>9}" for p in PHASES)
         + f" {'vs LS':>6} {'sim wall':>9}",
     ]
     for r in results:
-        ratio = f"{r.epoch_s / baseline[r.workers]:.2f}" if r.workers in baseline else "-"
+        local = baseline.get((r.workers, r.scope))
+        ratio = f"{r.epoch_s / local:.2f}" if local else "-"
         lines.append(
-            f"{r.workers:>7} {run_label(r.shuffle, r.q):<12} {r.iterations:>6} {r.epoch_s:>9.2f} "
+            f"{r.workers:>7} {r.label:<17} {r.iterations:>6} {r.epoch_s:>9.2f} "
             + " ".join(f"{value:>9.2f}" for value in r.phases().values()) + f" {ratio:>6} {r.wall_s:>8.1f}s"
         )
     return "\n".join(lines)

@@ -115,7 +115,9 @@ def with_role(role: str) -> Strategy:
     return next(strategy for strategy in STRATEGIES.values() if strategy.role == role)
 
 
-def run_label(shuffle: str, q: float) -> str:
-    """How tables and plots name a run: 'local', 'global', or 'partial-0.3' where q is the user's."""
+def run_label(shuffle: str, q: float, scope: str | None = "rank") -> str:
+    """How tables and plots name a run: 'local', 'global', or 'partial-0.3' where q is the user's;
+    'partial-0.3-node' where a node's ranks shared its partition (storage.scope=node)."""
     strategy = STRATEGIES.get(shuffle)
-    return shuffle if strategy is not None and strategy.fixed_q is not None else f"{shuffle}-{q:g}"
+    label = shuffle if strategy is not None and strategy.fixed_q is not None else f"{shuffle}-{q:g}"
+    return label + ("-node" if scope == "node" else "")

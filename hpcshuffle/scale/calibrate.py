@@ -72,6 +72,10 @@ def read_run(run_dir: str | Path) -> MeasuredRun:
         raise PlatformError(f"{metrics_path} holds no epochs; calibrate from runs that finished at least one")
     means = steady_means(records, skip_first=True)
     last = records[-1]
+    if last.get("scope") == "node":
+        raise PlatformError(f"{path} ran with storage.scope=node ({last.get('ranks_per_node')} ranks per node): "
+                            "calibration and validation replay rank-scope runs; pass runs made with "
+                            "storage.scope=rank (as experiments/epoch_time.sh makes them)")
     return MeasuredRun(
         path=path, shuffle=last["shuffle"], q=float(last["q"]), workers=int(last["workers"]),
         batch_size=int(last["batch_size"]), samples=int(last["num_samples"]), iterations=int(last["iterations"]),

@@ -33,16 +33,22 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
-from hpcshuffle.plan import PlanSpec, get_strategy
+from hpcshuffle.plan import PlanSpec, get_strategy, run_label
 from hpcshuffle.scale.platform import Platform
 from hpcshuffle.scale.traffic import EpochTraffic, epoch_traffic
 
 PHASES = ("io", "exchange", "fwbw", "allreduce")
+SCOPES = ("rank", "node")
 
 
 @dataclass(frozen=True)
 class Scenario:
-    """One simulated epoch: `workers` ranks of `shuffle` (q) training `model` on `dataset`."""
+    """One simulated epoch: `workers` ranks of `shuffle` (q) training `model` on `dataset`.
+
+    `scope`: "rank" (every rank its own partition) or "node" (the platform's ranks_per_node ranks
+    of a node share one partition in the node's store, as `storage.scope=node`: only moves between
+    nodes cross the network).
+    """
 
     workers: int
     shuffle: str
@@ -53,10 +59,28 @@ class Scenario:
     seed: int = 0
     epoch: int = 0
     samples: int | None = None  # overrides the dataset's N (validation against small runs)
+    scope: str = "rank"
 
     def spec(self, platform: Platform) -> PlanSpec:
         samples = platform.dataset(self.dataset).samples if self.samples is None else self.samples
-        return PlanSpec(samples, self.workers, self.batch_size, get_strategy(self.shuffle).q_for(self.q), self.seed)
+        strategy = get_strategy(self.shuffle)
+        return PlanSpec(samples, self.workers, self.batch_size, strategy.q_for(self.q), self.seed,
+                        ranks_per_node=self.ranks_per_node(platform))
+
+    def ranks_per_node(self, platform: Platform) -> int:
+        """The plan's R: 1 in rank scope, the platform's ranks per node in node scope."""
+        if self.scope not in SCOPES:
+            raise ValueError(f"scope must be one of {SCOPES}, got {self.scope!r}")
+        if self.scope == "rank":
+            return 1
+        if not get_strategy(self.shuffle).node_scope:
+            raise ValueError(f"node scope shares a node's partition among its ranks, but shuffle={self.shuffle} "
+                             "reads shared storage and has no partition to share: simulate it in rank scope")
+        if self.workers % platform.ranks_per_node:
+            raise ValueError(f"node scope fills nodes of {platform.ranks_per_node} ranks on platform {platform.name}, "
+                             f"so {self.workers} workers do not make whole nodes: use a multiple of "
+                             f"{platform.ranks_per_node}, or rank scope")
+        return platform.ranks_per_node
 
 
 @dataclass(frozen=True)
@@ -73,6 +97,12 @@ class Result:
     allreduce_s: float
     iterations: int
     wall_s: float  # real seconds the simulation took
+    scope: str = "rank"
+
+    @property
+    def label(self) -> str:
+        """'local', 'partial-0.1', 'partial-0.1-node' (as `hpcshuffle report` labels runs)."""
+        return run_label(self.shuffle, self.q, self.scope)
 
     def phases(self) -> dict[str, float]:
         return {phase: getattr(self, f"{phase}_s") for phase in PHASES}
@@ -124,7 +154,7 @@ def _simulate_here(platform: Platform, scenario: Scenario) -> Result:
     return Result(
         workers=ranks, shuffle=scenario.shuffle, q=traffic.spec.q,
         epoch_s=max(totals["epoch"]), iterations=traffic.iterations,
-        wall_s=time.perf_counter() - started,
+        wall_s=time.perf_counter() - started, scope=scenario.scope,
         **{f"{phase}_s": sum(totals[phase]) / ranks for phase in PHASES},
     )
 

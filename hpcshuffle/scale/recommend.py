@@ -21,7 +21,8 @@ def simulate_all(platform: Platform, scenarios: list[Scenario], progress: Callab
     def one(numbered: tuple[int, Scenario]) -> Result:
         number, scenario = numbered
         result = simulate(platform, scenario)
-        progress(f"[{number}/{len(scenarios)}] {scenario.shuffle} q={result.q:g} at {scenario.workers} workers: "
+        scope = " (node scope)" if scenario.scope == "node" else ""
+        progress(f"[{number}/{len(scenarios)}] {scenario.shuffle} q={result.q:g}{scope} at {scenario.workers} workers: "
                  f"epoch {result.epoch_s:.1f} s simulated in {result.wall_s:.0f} s")
         return result
 
@@ -29,30 +30,31 @@ def simulate_all(platform: Platform, scenarios: list[Scenario], progress: Callab
         return list(pool.map(one, enumerate(scenarios, 1)))
 
 
-def affordable_q(results: list[Result], tolerance: float) -> dict[int, tuple[float | None, float]]:
-    """Per worker count: (the largest q with epoch ≤ (1 + tolerance) × LS's epoch, or None; LS's epoch)."""
+def affordable_q(results: list[Result], tolerance: float) -> dict[tuple[int, str], tuple[float | None, float]]:
+    """Per (worker count, scope): (the largest q with epoch ≤ (1 + tolerance) × LS's epoch in that
+    scope, or None; LS's epoch)."""
     if tolerance < 0:
         raise ValueError(f"tolerance must be >= 0 (a fraction of LS's epoch, e.g. 0.1), got {tolerance}")
     baseline = with_role("baseline").name
-    answer: dict[int, tuple[float | None, float]] = {}
-    for workers in sorted({r.workers for r in results}):
-        runs = [r for r in results if r.workers == workers]
+    answer: dict[tuple[int, str], tuple[float | None, float]] = {}
+    for workers, scope in sorted({(r.workers, r.scope) for r in results}):
+        runs = [r for r in results if (r.workers, r.scope) == (workers, scope)]
         local = next((r.epoch_s for r in runs if r.shuffle == baseline), None)
         if local is None:
-            raise ValueError(f"no {baseline} run at {workers} workers to compare with")
+            raise ValueError(f"no {baseline} run at {workers} workers in {scope} scope to compare with")
         within = [r.q for r in runs if r.shuffle != baseline and r.epoch_s <= (1 + tolerance) * local]
-        answer[workers] = (max(within) if within else None, local)
+        answer[workers, scope] = (max(within) if within else None, local)
     return answer
 
 
 def recommendation_table(results: list[Result], tolerance: float) -> str:
     answer = affordable_q(results, tolerance)
     lines = [f"largest q whose simulated epoch is within {tolerance:.0%} of local shuffling's",
-             f"{'workers':>7} {'LS epoch s':>11} {'q':>6}   epoch / LS per q"]
-    for workers, (q, local) in answer.items():
+             f"{'workers':>7} {'scope':>5} {'LS epoch s':>11} {'q':>6}   epoch / LS per q"]
+    for (workers, scope), (q, local) in answer.items():
         ratios = "  ".join(f"{r.q:g}:{r.epoch_s / local:.2f}" for r in results
-                           if r.workers == workers and r.shuffle != with_role("baseline").name)
-        lines.append(f"{workers:>7} {local:>11.1f} {('none' if q is None else f'{q:g}'):>6}   {ratios}")
+                           if (r.workers, r.scope) == (workers, scope) and r.shuffle != with_role("baseline").name)
+        lines.append(f"{workers:>7} {scope:>5} {local:>11.1f} {('none' if q is None else f'{q:g}'):>6}   {ratios}")
     lines.append("tune-q names the q accuracy needs (hpcshuffle tune-q RUNS...); run the larger of the two "
                  "only if this cluster affords it")
     return "\n".join(lines)

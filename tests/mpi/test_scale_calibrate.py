@@ -5,6 +5,7 @@ Calibration runs an `mpiexec -n 2` ping-pong, hence the mpi tier.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -53,6 +54,19 @@ def test_runs_of_different_workloads_are_refused(tmp_path: Path) -> None:
     (other / "config.yaml").write_text(yaml.safe_dump(config))
     with pytest.raises(PlatformError, match="different workloads.*model 'small_cnn'.*'resnet50'"):
         read_runs([RUNS[0], str(other)])
+
+
+def test_a_node_scope_run_is_refused(tmp_path: Path) -> None:
+    """The platform models rank scope's traffic; a node-scope run (pretended nodes on one machine)
+    would be fitted as if its ranks had exchanged with their node's peers."""
+    node = tmp_path / "node"
+    shutil.copytree(RUNS[0], node)
+    metrics = node / "metrics.jsonl"
+    records = [json.loads(line) for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps({**record, "scope": "node", "ranks_per_node": 2}) + "\n"
+                               for record in records))
+    with pytest.raises(PlatformError, match="ran with storage.scope=node .2 ranks per node.*storage.scope=rank"):
+        read_runs([str(node)])
 
 
 def test_a_directory_without_metrics_is_refused(tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ from tests.conftest import cli_error
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 # 2,048 samples of the tiny dataset: at 4 workers and b = 8, 64 iterations (≈ 0.2 s simulated each run)
 ON_TINY = ["--platform", str(TINY), "--model", "tiny", "--dataset", "tiny", "--batch", "8"]
-ROW_KEYS = ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s"]
+ROW_KEYS = ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope"]
 
 
 def scale(capsys, *args: str) -> tuple[str, str]:
@@ -47,7 +47,8 @@ def test_json_has_one_row_per_run_with_exactly_the_documented_keys(capsys):
     runs = [(row["workers"], row["shuffle"], row["q"]) for row in doc["runs"]]
     assert runs == [(4, "global", 1.0), (4, "local", 0.0)]
     for row in doc["runs"]:
-        assert all(isinstance(row[key], float) and row[key] >= 0 for key in ROW_KEYS[3:])
+        assert all(isinstance(row[key], float) and row[key] >= 0 for key in ROW_KEYS[3:8])
+        assert row["scope"] == "rank"
         assert row["epoch_s"] > 0
     # one progress line per run, on stderr
     assert [line.split(" ", 1)[0] for line in err.splitlines() if line.startswith("[")] == ["[1/2]", "[2/2]"]
@@ -101,6 +102,30 @@ def test_table_has_one_line_per_run_and_the_ratio_to_local(capsys):
     assert float(rows["global"][-2]) > 1.0  # shared storage's 1 ms per file vs the SSD's 0.1 ms
 
 
+def test_both_scopes_run_side_by_side_and_global_once(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--shuffle", "global", "local", "partial", "--q", "0.3",
+                   "--scope", "rank", "node")
+    rows = {line.split()[1]: line.split() for line in out.splitlines()[2:]}
+    # GS has no partition for a node's ranks to share: it runs once, in rank scope
+    assert list(rows) == ["global", "local", "partial-0.3", "local-node", "partial-0.3-node"]
+    assert rows["local-node"][-2] == "1.00"  # each scope against its own LS
+    exchange = 5  # workers run iters epoch io exchange
+    assert 0 < float(rows["partial-0.3-node"][exchange]) < float(rows["partial-0.3"][exchange])
+
+
+def test_recommend_per_scope(capsys):
+    out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--recommend", "--q", "0.3", "--tolerance", "100",
+                   "--scope", "rank", "node")
+    lines = [line.split() for line in out.splitlines() if line.split()[0].isdigit()]
+    assert [line[:2] for line in lines] == [["4", "node"], ["4", "rank"]]
+    assert all(line[3] == "0.3" for line in lines)
+
+
+def test_node_scope_with_workers_that_do_not_fill_nodes_fails_before_simulating(capsys, nothing_simulated):
+    err = cli_error(capsys, "scale", *ON_TINY, "--workers", "4", "3", "--shuffle", "local", "--scope", "node")
+    assert "so 3 workers do not make whole nodes: use a multiple of 2, or rank scope" in err
+
+
 # ---- --recommend ------------------------------------------------------------------------------
 
 def test_recommend_prints_one_line_per_worker_count(capsys):
@@ -110,15 +135,16 @@ def test_recommend_prints_one_line_per_worker_count(capsys):
     by_workers = {int(line.split()[0]): line.split() for line in out.splitlines() if line.split()[0].isdigit()}
     assert list(by_workers) == [2, 4]
     # any q fits within 100 × LS's epoch: the answer is the largest searched
-    assert by_workers[2][2] == by_workers[4][2] == "0.3"
-    assert [token.split(":")[0] for token in by_workers[4][3:]] == ["0.1", "0.3"]
+    assert by_workers[2][1] == by_workers[4][1] == "rank"
+    assert by_workers[2][3] == by_workers[4][3] == "0.3"
+    assert [token.split(":")[0] for token in by_workers[4][4:]] == ["0.1", "0.3"]
     assert len([line for line in err.splitlines() if line.startswith("[")]) == 2 * 3  # local + 2 q per count
 
 
 def test_recommend_with_a_tolerance_nothing_meets(capsys):
     out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--recommend", "--q", "0.5", "--tolerance", "0")
     (line,) = [line for line in out.splitlines() if line.split()[0].isdigit()]
-    assert line.split()[:1] + line.split()[2:3] == ["4", "none"]  # PLS at q=0.5 costs more than LS
+    assert line.split()[:2] + line.split()[3:4] == ["4", "rank", "none"]  # PLS at q=0.5 costs more than LS
 
 
 # ---- usage errors -----------------------------------------------------------------------------

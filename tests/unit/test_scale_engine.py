@@ -133,7 +133,8 @@ def test_simulate_is_deterministic(tiny, results):
 
 def test_result_row_is_the_json_row(results):
     row = result_row(results["partial"])
-    assert list(row) == ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s"]
+    assert list(row) == ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope"]
+    assert row["scope"] == "rank"
     assert row["epoch_s"] == results["partial"].epoch_s and row["q"] == 0.3
 
 
@@ -175,6 +176,19 @@ def test_a_later_epoch_replays_the_plan(tiny):
     assert result.exchange_s > 0 and result.iterations == 8
 
 
+def test_node_scope_moves_only_between_nodes_and_costs_less_exchange(tiny):
+    """tiny runs 2 ranks per node: in node scope a rank never sends to its node's other rank, so the
+    node's partition moves q of itself over the network only."""
+    rank = simulate(tiny, scenario("partial", workers=8, samples=512))
+    node = simulate(tiny, scenario("partial", workers=8, samples=512, scope="node"))
+    assert (rank.scope, node.scope) == ("rank", "node")
+    assert (rank.label, node.label) == ("partial-0.3", "partial-0.3-node")
+    assert 0 < node.exchange_s < rank.exchange_s
+    assert node.fwbw_s == pytest.approx(rank.fwbw_s) and node.iterations == rank.iterations
+    local = simulate(tiny, scenario("local", workers=8, samples=512, scope="node"))
+    assert local.exchange_s == 0 and local.label == "local-node"
+
+
 # ---- refused scenarios and failures in the child ------------------------------------------------
 
 def test_batch_larger_than_a_share_is_refused_before_forking(tiny, monkeypatch):
@@ -191,6 +205,11 @@ def test_batch_larger_than_a_share_is_refused_before_forking(tiny, monkeypatch):
      re.escape("describes no dataset 'imagenet1k'; choose one of ['tiny']")),
     ({"q": 1.5}, r"q must be in \[0, 1\], got 1.5"),
     ({"shuffle": "random"}, "unknown shuffle 'random'"),
+    ({"scope": "rack"}, re.escape("scope must be one of ('rank', 'node'), got 'rack'")),
+    ({"scope": "node", "shuffle": "global", "q": None},
+     "shuffle=global reads shared storage and has no partition to share"),
+    ({"scope": "node", "workers": 3}, "node scope fills nodes of 2 ranks on platform tiny, so 3 workers do not make "
+                                      "whole nodes: use a multiple of 2, or rank scope"),
 ])
 def test_bad_scenarios_are_refused_before_forking(tiny, monkeypatch, change, message):
     no_fork(monkeypatch)
@@ -258,18 +277,29 @@ HAND_MADE = [
 
 
 def test_affordable_q_is_the_largest_q_within_the_tolerance():
-    assert affordable_q(HAND_MADE, 0.10) == {4: (0.3, 10.0), 8: (None, 5.0), 16: (0.3, 4.0)}
-    assert affordable_q(HAND_MADE, 0.20) == {4: (0.5, 10.0), 8: (0.1, 5.0), 16: (0.3, 4.0)}
-    assert affordable_q(HAND_MADE, 0.01) == {4: (None, 10.0), 8: (None, 5.0), 16: (None, 4.0)}
-    assert list(affordable_q(HAND_MADE, 0.1)) == [4, 8, 16]
+    def answer(*per_workers):
+        return {(workers, "rank"): value for workers, value in zip((4, 8, 16), per_workers)}
+
+    assert affordable_q(HAND_MADE, 0.10) == answer((0.3, 10.0), (None, 5.0), (0.3, 4.0))
+    assert affordable_q(HAND_MADE, 0.20) == answer((0.5, 10.0), (0.1, 5.0), (0.3, 4.0))
+    assert affordable_q(HAND_MADE, 0.01) == answer((None, 10.0), (None, 5.0), (None, 4.0))
+    assert [workers for workers, _ in affordable_q(HAND_MADE, 0.1)] == [4, 8, 16]
+
+
+def test_affordable_q_compares_each_scope_with_its_own_local_run():
+    runs = [*HAND_MADE[:4], dataclasses.replace(run(4, "local", 0.0, 8.0), scope="node"),
+            dataclasses.replace(run(4, "partial", 0.5, 8.5), scope="node")]
+    answer = affordable_q(runs, 0.10)
+    assert answer[4, "rank"] == (0.3, 10.0)
+    assert answer[4, "node"] == (0.5, 8.0)  # 8.5 s is within 10 % of node LS's 8 s, not of rank LS's 10 s
 
 
 def test_affordable_q_at_zero_tolerance_accepts_an_equal_epoch():
-    assert affordable_q([run(2, "local", 0.0, 3.0), run(2, "partial", 0.2, 3.0)], 0.0) == {2: (0.2, 3.0)}
+    assert affordable_q([run(2, "local", 0.0, 3.0), run(2, "partial", 0.2, 3.0)], 0.0) == {(2, "rank"): (0.2, 3.0)}
 
 
 def test_affordable_q_needs_a_local_run_per_worker_count():
-    with pytest.raises(ValueError, match="no local run at 8 workers to compare with"):
+    with pytest.raises(ValueError, match="no local run at 8 workers in rank scope to compare with"):
         affordable_q([run(4, "local", 0.0, 1.0), run(8, "partial", 0.1, 1.0)], 0.1)
 
 
@@ -283,10 +313,10 @@ def test_recommendation_table_has_one_line_per_worker_count_with_its_q():
     assert "within 10% of local shuffling's" in table
     by_workers = {int(line.split()[0]): line.split() for line in table.splitlines() if line.split()[0].isdigit()}
     assert list(by_workers) == [4, 8, 16]
-    assert by_workers[4][1:3] == ["10.0", "0.3"]
-    assert by_workers[8][1:3] == ["5.0", "none"]
-    assert by_workers[16][1:3] == ["4.0", "0.3"]
-    assert by_workers[4][3:] == ["0.1:1.05", "0.3:1.09", "0.5:1.15"]
+    assert by_workers[4][1:4] == ["rank", "10.0", "0.3"]
+    assert by_workers[8][1:4] == ["rank", "5.0", "none"]
+    assert by_workers[16][1:4] == ["rank", "4.0", "0.3"]
+    assert by_workers[4][4:] == ["0.1:1.05", "0.3:1.09", "0.5:1.15"]
     assert "tune-q" in table
 
 

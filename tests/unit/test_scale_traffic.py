@@ -18,14 +18,16 @@ from hpcshuffle.plan import (
 from hpcshuffle.scale.traffic import Transfers, epoch_traffic, traffic_of
 
 every_strategy = pytest.mark.parametrize("strategy", STRATEGIES.values(), ids=STRATEGIES.keys())
-# (N, M, b): 211 is prime, so partitions differ in size and the last batch is short; M = 1 has no peers
-SHAPES = [(211, 6, 7), (100, 4, 25), (64, 8, 3), (37, 1, 5)]
+# (N, M, b, R): 211 is prime, so partitions differ in size and the last batch is short; M = 1 has no
+# peers; R > 1: nodes of R ranks share one partition (node scope, for the strategies that have one)
+SHAPES = [(211, 6, 7, 1), (100, 4, 25, 1), (64, 8, 3, 1), (37, 1, 5, 1), (211, 6, 7, 3), (100, 8, 5, 2)]
 EPOCHS = (0, 2)  # epoch 2 replays the partition's history (partial's moves change what is held)
 
 
-def spec_for(strategy: Strategy, shape: tuple[int, int, int]) -> PlanSpec:
-    samples, ranks, batch = shape
-    return PlanSpec(samples, ranks, batch, strategy.q_for(0.3 if strategy.fixed_q is None else None), seed=11)
+def spec_for(strategy: Strategy, shape: tuple[int, int, int, int]) -> PlanSpec:
+    samples, ranks, batch, per_node = shape
+    return PlanSpec(samples, ranks, batch, strategy.q_for(0.3 if strategy.fixed_q is None else None), seed=11,
+                    ranks_per_node=per_node if strategy.node_scope else 1)
 
 
 def plan_of(spec: PlanSpec, shuffle: str, epoch: int):
@@ -46,7 +48,7 @@ def rows(transfers: Transfers) -> list[tuple[int, int, int, int]]:
 
 
 @every_strategy
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-M{m}-b{b}" for n, m, b in SHAPES])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-M{m}-b{b}-R{r}" for n, m, b, r in SHAPES])
 @pytest.mark.parametrize("epoch", EPOCHS)
 def test_every_position_is_read_or_borrowed_exactly_once(strategy, shape, epoch):
     spec = spec_for(strategy, shape)
@@ -74,7 +76,7 @@ def test_every_position_is_read_or_borrowed_exactly_once(strategy, shape, epoch)
 
 
 @every_strategy
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-M{m}-b{b}" for n, m, b in SHAPES])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-M{m}-b{b}-R{r}" for n, m, b, r in SHAPES])
 @pytest.mark.parametrize("epoch", EPOCHS)
 def test_sends_are_the_plans_moves_coalesced(strategy, shape, epoch):
     spec = spec_for(strategy, shape)
@@ -90,20 +92,21 @@ def test_sends_are_the_plans_moves_coalesced(strategy, shape, epoch):
     assert len({key[:3] for key in keys}) == len(keys)
     assert (sends.samples >= 1).all()
     assert (np.diff(sends.owner) >= 0).all()
-    assert (sends.owner != sends.peer).all()  # nobody sends to itself
+    per_node = spec.ranks_per_node
+    assert (sends.owner // per_node != sends.peer // per_node).all()  # nobody sends to itself or its node
     expected: dict[tuple[int, int, int], int] = {}
     for src, iteration, dst in zip(moves.src.tolist(), moves.iteration.tolist(), moves.dst.tolist()):
         expected[(src, iteration, dst)] = expected.get((src, iteration, dst), 0) + 1
     assert {key[:3]: key[3] for key in keys} == expected
-    # every rank sends as many samples as it receives (Algorithm 1's balanced slots)
-    sent = np.bincount(sends.owner, weights=sends.samples, minlength=spec.num_ranks)
-    received = np.bincount(sends.peer, weights=sends.samples, minlength=spec.num_ranks)
+    # every node (every rank in rank scope) sends as many samples as it receives (Algorithm 1's slots)
+    sent = np.bincount(sends.owner // per_node, weights=sends.samples, minlength=spec.nodes)
+    received = np.bincount(sends.peer // per_node, weights=sends.samples, minlength=spec.nodes)
     assert (sent == received).all()
     assert ((0 <= sends.iteration) & (sends.iteration < spec.iterations)).all()
 
 
 @every_strategy
-@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-M{m}-b{b}" for n, m, b in SHAPES])
+@pytest.mark.parametrize("shape", SHAPES, ids=[f"N{n}-M{m}-b{b}-R{r}" for n, m, b, r in SHAPES])
 def test_loans_are_the_plans_loans_coalesced_by_borrower(strategy, shape):
     spec = spec_for(strategy, shape)
     traffic = epoch_traffic(spec, strategy.name)
@@ -125,7 +128,7 @@ def test_loans_are_the_plans_loans_coalesced_by_borrower(strategy, shape):
 def test_what_each_data_path_reads(strategy):
     """Through the strategy's record: a shared home reads only shared storage; a store path only the
     store; the exchange path moves samples; the loans path borrows them."""
-    spec = spec_for(strategy, (211, 6, 7))
+    spec = spec_for(strategy, (211, 6, 7, 1))
     traffic = epoch_traffic(spec, strategy.name)
     plan = plan_of(spec, strategy.name, 0)
     if strategy.home == HOME_SHARED:
