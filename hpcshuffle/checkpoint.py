@@ -34,7 +34,9 @@ from hpcshuffle.world import World, on_root
 FILE = "checkpoint.pt"
 FORMAT = 1
 # what must not change between a checkpoint and its resumption (the worker count may)
-FIXED = ("shuffle", "num_samples", "batch_size", "q", "seed", "dataset")
+FIXED = ("shuffle", "num_samples", "batch_size", "q", "seed", "partition", "dataset")
+# what a checkpoint written before a FIXED key existed had
+BEFORE = {"partition": "random"}
 PREEMPT_EXIT_CODE = 75  # EX_TEMPFAIL: "try again"; jobs/train.sbatch requeues on it
 
 
@@ -90,6 +92,7 @@ def load(run_dir: Path) -> dict | None:
 def check_resumable(checkpoint: dict, plan: dict, epochs: int, where: Path) -> None:
     """Refuse a checkpoint written for another plan, or one whose run is already complete."""
     saved = checkpoint["plan"]
+    saved = {**BEFORE, **saved}
     differ = [f"{key}: {saved[key]} then, {plan[key]} now" for key in FIXED if saved[key] != plan[key]]
     if differ:
         raise ConfigError(

@@ -78,14 +78,14 @@ class Trainer:
         ranks_per_node = config.ranks_per_node(*node_size(world, config.storage.ranks_per_node), self.workers)
         try:
             self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed,
-                                 ranks_per_node)
+                                 ranks_per_node, config.storage.partition)
         except ValueError as err:
             raise ConfigError(str(err), collective=True) from err
         self.scope = "node" if ranks_per_node > 1 else "rank"
         identity = {
             "shuffle": config.shuffle.name, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
             "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size,
-            "q": config.shuffle.q, "seed": config.seed,
+            "q": config.shuffle.q, "seed": config.seed, "partition": config.storage.partition,
             "dataset": train_catalog.fingerprint(),
         }
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
@@ -206,7 +206,7 @@ class Trainer:
         config = self.config
         record = {
             "epoch": plan.epoch, "shuffle": config.shuffle.name, "q": config.shuffle.q, "workers": self.workers,
-            "scope": self.scope, "ranks_per_node": self.spec.ranks_per_node,
+            "scope": self.scope, "ranks_per_node": self.spec.ranks_per_node, "partition": self.spec.partition,
             "batch_size": config.batch_size, "num_samples": self.spec.num_samples,
             "iterations": self.spec.iterations, "lr": row.lr,
             **scores,

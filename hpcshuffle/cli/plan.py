@@ -7,7 +7,7 @@ import json
 
 import numpy as np
 
-from hpcshuffle.plan import STRATEGIES, EpochPlan, PlanSpec, get_strategy, plan_epochs
+from hpcshuffle.plan import PARTITIONS, STRATEGIES, EpochPlan, PlanSpec, get_strategy, plan_epochs
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -21,13 +21,15 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
                       help="ranks sharing a node's partition (storage.scope=node); 1: rank scope")
+    plan.add_argument("--partition", choices=PARTITIONS, default="random",
+                      help="how the first partition is cut (storage.partition; default random)")
     plan.add_argument("--json", action="store_true", help="per epoch and rank: ids held and order")
     plan.set_defaults(run=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     q = get_strategy(args.shuffle).q_for(args.q)
-    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node)
+    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node, args.partition)
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
 
@@ -38,7 +40,8 @@ def plan_summary(plans: list[EpochPlan]) -> str:
     nodes = f", {spec.nodes} nodes of {spec.ranks_per_node} ranks sharing a partition" if unit == "node" else ""
     lines = [
         f"N={spec.num_samples} samples, M={spec.num_ranks} workers{nodes}, b={spec.batch_size}, q={spec.q}, "
-        f"seed={spec.seed}: {spec.iterations} iterations/epoch, every rank trains on {spec.max_share} "
+        f"seed={spec.seed}, {spec.partition} partition: "
+        f"{spec.iterations} iterations/epoch, every rank trains on {spec.max_share} "
         f"samples/epoch; partitions {spec.num_samples // spec.nodes}..{-(-spec.num_samples // spec.nodes)}",
         f"{'epoch':>5} {'held min..max':>14} {f'sent/{unit}':>12} {f'recv/{unit}':>12} {f'peak/{unit}':>10} "
         f"{'bound':>6} {'shared reads':>13}",

@@ -15,7 +15,7 @@ from typing import Any, Optional
 from hpcshuffle.cache import POLICIES
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
-from hpcshuffle.plan import STRATEGIES, Strategy, get_strategy
+from hpcshuffle.plan import PARTITIONS, STRATEGIES, Strategy, get_strategy
 from hpcshuffle.shared_io import SHARED_READS, UNCACHED
 
 SCOPES = ("auto", "node", "rank")
@@ -113,6 +113,9 @@ class StorageConfig:
             ranks each, rank on one node (where node scope would leave nothing to exchange).
         ranks_per_node: pretend every node runs this many ranks (consecutive ranks, one machine
             seen as several nodes, for tests and demos); None: the nodes MPI reports.
+        partition: how the first partition is cut: "random" (a seeded shuffle of the sample ids)
+            or "contiguous" (consecutive id ranges, as a stager that hands each node a range of the
+            listing would; ImageFolder's ids run class by class, so each rank starts with a few classes).
     """
 
     local_dir: Path = Path("/tmp/hpcshuffle-store")
@@ -124,9 +127,12 @@ class StorageConfig:
     shared_reads: str = UNCACHED
     scope: str = "auto"
     ranks_per_node: Optional[int] = None
+    partition: str = "random"
 
     def __post_init__(self) -> None:
         self.local_dir = Path(self.local_dir)
+        if self.partition not in PARTITIONS:
+            raise ConfigError(f"storage.partition must be one of {PARTITIONS}, got {self.partition!r}")
         if self.scope not in SCOPES:
             raise ConfigError(f"storage.scope must be one of {SCOPES}, got {self.scope!r}")
         if self.ranks_per_node is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hpcshuffle.plan.common import (
-    FROM_LOAN, FROM_SHARED, FROM_STORE, EpochPlan, Exchange, Loans, PlanSpec, initial_partition,
+    FROM_LOAN, FROM_SHARED, FROM_STORE, PARTITIONS, EpochPlan, Exchange, Loans, PlanSpec, initial_partition,
 )
 from hpcshuffle.plan.partial import moves_per_rank
 from hpcshuffle.plan.strategies import (
@@ -33,7 +33,7 @@ def plan_epochs(spec: PlanSpec, shuffle: str, epochs: int, start_epoch: int = 0)
 
 
 __all__ = [
-    "FROM_LOAN", "FROM_SHARED", "FROM_STORE", "HOME_SHARED", "HOME_STORE", "PATH_EXCHANGE", "PATH_LOANS",
+    "FROM_LOAN", "FROM_SHARED", "FROM_STORE", "HOME_SHARED", "PARTITIONS", "HOME_STORE", "PATH_EXCHANGE", "PATH_LOANS",
     "PATH_SHARED", "PATH_STORE", "STRATEGIES", "EpochPlan", "Exchange", "Loans", "PlanSpec", "Strategy",
     "get_strategy", "initial_partition", "moves_per_rank", "plan_epochs", "run_label", "with_role",
 ]

@@ -20,6 +20,12 @@ STREAM_ORDER = 1
 STREAM_PICK = 2
 STREAM_DEST = 3
 
+# how the first partition is cut (storage.partition): a seeded random split, or consecutive id
+# ranges, which is what a naive stager gives when it hands each node a range of a listing sorted
+# by class (ImageFolder's ids run class by class)
+RANDOM, CONTIGUOUS = "random", "contiguous"
+PARTITIONS = (RANDOM, CONTIGUOUS)
+
 # where a rank gets the sample at a position of its epoch order (`EpochPlan.sources`); a data
 # path may serve FROM_SHARED from a closer copy (a node replica, a planned cache)
 FROM_STORE, FROM_SHARED, FROM_LOAN = 0, 1, 2
@@ -39,6 +45,7 @@ class PlanSpec:
             Ranks r with the same r // R are one node: the partition is a node's, dealt afresh to
             its ranks every epoch, and only moves between nodes are planned. With R = 1 every
             plan is exactly the rank-scope plan.
+        partition: how the epoch-0 partition is cut, RANDOM or CONTIGUOUS (`initial_partition`).
     """
 
     num_samples: int
@@ -47,8 +54,12 @@ class PlanSpec:
     q: float = 0.0
     seed: int = 0
     ranks_per_node: int = 1
+    partition: str = RANDOM
 
     def __post_init__(self) -> None:
+        if self.partition not in PARTITIONS:
+            raise ValueError(f"storage.partition must be one of {PARTITIONS}, got {self.partition!r}: random cuts a "
+                             "seeded shuffle of the ids, contiguous consecutive id ranges")
         if self.num_ranks < 1:
             raise ValueError(f"workers must be >= 1, got {self.num_ranks}")
         if self.ranks_per_node < 1 or self.num_ranks % self.ranks_per_node:
@@ -273,12 +284,16 @@ def epoch_rng(seed: int, epoch: int, stream: int) -> np.random.Generator:
 
 
 def initial_partition(spec: PlanSpec) -> list[np.ndarray]:
-    """Split a seeded permutation of 0..N-1 into one part per node, then each node's part into one
-    per rank; parts of one level differ in size by at most 1. Returns the ranks' sorted parts."""
-    permutation = epoch_rng(spec.seed, 0, STREAM_PARTITION).permutation(spec.num_samples)
+    """Split a seeded permutation of 0..N-1 (CONTIGUOUS: 0..N-1 in order) into one part per node,
+    then each node's part into one per rank; parts of one level differ in size by at most 1.
+    Returns the ranks' sorted parts."""
+    if spec.partition == CONTIGUOUS:
+        ids = np.arange(spec.num_samples, dtype=np.int64)
+    else:
+        ids = epoch_rng(spec.seed, 0, STREAM_PARTITION).permutation(spec.num_samples)
     return [
         np.sort(part)
-        for node_part in np.array_split(permutation, spec.nodes)
+        for node_part in np.array_split(ids, spec.nodes)
         for part in np.array_split(node_part, spec.ranks_per_node)
     ]
 

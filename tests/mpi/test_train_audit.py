@@ -87,15 +87,21 @@ def test_global_shuffling_reads_shared_storage_only(trained, cache):
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])["shuffle"] == "global"
 
 
-def test_local_shuffling_keeps_its_partition(trained):
-    run_dir = trained(4, "shuffle=local", "audit=true", f"epochs={SHORT_EPOCHS}") / "run"
+@pytest.mark.parametrize("partition", ["random", "contiguous"])
+def test_local_shuffling_keeps_its_partition(trained, partition):
+    run_dir = trained(4, "shuffle=local", "audit=true", f"epochs={SHORT_EPOCHS}", f"storage.partition={partition}")
+    run_dir = run_dir / "run"
     audit = audit_by_epoch(run_dir)
     assert sorted(audit) == list(range(SHORT_EPOCHS))
-    for rank in range(4):
+    planned = plan_epochs(PlanSpec(SMALL_SAMPLES, 4, BATCH, seed=0, partition=partition), "local", 1)
+    for rank, held in enumerate(next(planned).held):
         helds = {tuple(audit[epoch][rank]["held"]) for epoch in audit}
         orders = {tuple(audit[epoch][rank]["trained"]) for epoch in audit}
-        assert len(helds) == 1, "local shuffling changed a partition"
+        assert helds == {tuple(held.tolist())}, "local shuffling changed a partition, or staged another one"
         assert len(orders) == SHORT_EPOCHS, "local shuffling repeated an epoch's order"
+    if partition == "contiguous":  # consecutive ids: 211 samples in runs of 53, 53, 53, 52
+        assert [audit[0][rank]["held"][0] for rank in range(4)] == [0, 53, 106, 159]
     for record in read_jsonl(run_dir / "metrics.jsonl"):
         assert record["samples"]["read_shared"] == 0
         assert record["samples"]["sent"] == 0
+        assert record["partition"] == partition

@@ -18,7 +18,8 @@ from hpcshuffle.config import CheckpointConfig, LoaderConfig
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.metrics import append_jsonl, drop_epochs_from, read_jsonl
 
-PLAN = {"shuffle": "partial", "num_samples": 211, "num_ranks": 4, "batch_size": 8, "q": 0.5, "seed": 0, "dataset": "ab"}
+PLAN = {"shuffle": "partial", "num_samples": 211, "num_ranks": 4, "batch_size": 8, "q": 0.5, "seed": 0,
+        "partition": "random", "dataset": "ab"}
 
 
 def test_save_then_load_round_trips_and_leaves_no_temporaries(tmp_path):
@@ -52,6 +53,15 @@ def test_the_worker_count_may_change_but_nothing_else():
         check_resumable({"plan": PLAN, "epoch": 2}, {**PLAN, "q": 0.3, "seed": 1}, epochs=4, where=Path("run"))
     with pytest.raises(ConfigError, match="dataset: ab then, cd now"):
         check_resumable({"plan": PLAN, "epoch": 2}, {**PLAN, "dataset": "cd"}, epochs=4, where=Path("run"))
+
+
+def test_the_partition_may_not_change_and_older_checkpoints_had_random_ones():
+    with pytest.raises(ConfigError, match="partition: random then, contiguous now"):
+        check_resumable({"plan": PLAN, "epoch": 2}, {**PLAN, "partition": "contiguous"}, epochs=4, where=Path("run"))
+    older = {key: value for key, value in PLAN.items() if key != "partition"}
+    check_resumable({"plan": older, "epoch": 2}, PLAN, epochs=4, where=Path("run"))
+    with pytest.raises(ConfigError, match="partition: random then, contiguous now"):
+        check_resumable({"plan": older, "epoch": 2}, {**PLAN, "partition": "contiguous"}, epochs=4, where=Path("run"))
 
 
 def test_a_completed_run_asks_for_more_epochs():

@@ -124,6 +124,15 @@ def test_plan_summary_per_node(capsys):
     assert int(cols[4]) == 500 + int(cols[3].split("..")[0]) <= int(cols[5]) == 650
 
 
+def test_contiguous_partition_in_json(capsys):
+    out = run_plan(capsys, "--samples", "12", "--workers", "3", "--shuffle", "local", "--batch", "2", "--epochs", "1",
+                   "--partition", "contiguous", "--json")
+    assert json.loads(out)["epochs"][0]["held"] == [[0, 1, 2, 3], [4, 5, 6, 7], [8, 9, 10, 11]]
+    summary = run_plan(capsys, "--samples", "12", "--workers", "3", "--shuffle", "local", "--batch", "2",
+                       "--partition", "contiguous")
+    assert "seed=0, contiguous partition:" in summary.splitlines()[0]
+
+
 def test_ranks_per_node_that_does_not_divide_exits_2(capsys):
     err = cli_error(capsys, "plan", "--samples", "100", "--workers", "8", "--shuffle", "local", "--batch", "5",
                     "--ranks-per-node", "3")

@@ -75,6 +75,7 @@ def test_paper_recipes():
         ("shuffle.virtual_workers=8 loader.on_error=skip", "set loader.on_error=fail"),
         ("shuffle.virtual_workers=8 shuffle=global cache.policy=lru", "set cache.policy=none and storage.replica=false"),
         ("storage.scope=nodes", "storage.scope must be one of"),
+        ("storage.partition=sorted", r"storage.partition must be one of \('random', 'contiguous'\), got 'sorted'"),
         ("storage.ranks_per_node=0", "storage.ranks_per_node must be >= 1"),
     ],
 )

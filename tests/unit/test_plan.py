@@ -141,6 +141,35 @@ def test_local_keeps_partition_and_reshuffles_order():
             assert sorted(before.order[rank].tolist()) == sorted(after.order[rank].tolist())
 
 
+def test_contiguous_partition_is_consecutive_id_ranges_node_first():
+    """10 ids, 2 nodes of 2 ranks: nodes get 0-4 and 5-9, their ranks 0-2, 3-4, 5-7, 8-9."""
+    spec = PlanSpec(10, 4, 1, seed=3, ranks_per_node=2, partition="contiguous")
+    assert as_lists(initial_partition(spec)) == [[0, 1, 2], [3, 4], [5, 6, 7], [8, 9]]
+    # the seed draws the orders, not the partition
+    other = PlanSpec(10, 4, 1, seed=4, ranks_per_node=2, partition="contiguous")
+    assert as_lists(initial_partition(other)) == as_lists(initial_partition(spec))
+    assert as_lists(initial_partition(PlanSpec(10, 4, 1, seed=3))) != as_lists(initial_partition(spec))
+
+
+def test_contiguous_local_shuffling_trains_each_rank_on_its_range_forever():
+    spec = PlanSpec(100, 4, 5, seed=1, partition="contiguous")
+    for plan in plan_epochs(spec, "local", 3):
+        assert [sorted(order.tolist()) for order in plan.order] == [list(range(r * 25, (r + 1) * 25)) for r in range(4)]
+
+
+def test_contiguous_partial_shuffling_spreads_the_ranges():
+    spec = PlanSpec(100, 4, 5, q=0.4, seed=1, partition="contiguous")
+    plans = list(plan_epochs(spec, "partial", 3))
+    assert sorted(np.concatenate(plans[-1].held).tolist()) == list(range(100))  # nothing lost or duplicated
+    foreign = [int(np.sum(ids // 25 != rank)) for rank, ids in enumerate(plans[-1].held)]
+    assert all(count > 0 for count in foreign)
+
+
+def test_spec_rejects_an_unknown_partition():
+    with pytest.raises(ValueError, match=r"storage.partition must be one of \('random', 'contiguous'\), got 'sorted'"):
+        PlanSpec(100, 4, 5, partition="sorted")
+
+
 def test_local_order_pads_short_partition_with_one_repeat():
     spec = PlanSpec(10, 3, 1, seed=0)  # partitions 4, 3, 3; every rank trains on 4
     plan = next(plan_epochs(spec, "local", 1))
