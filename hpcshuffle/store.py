@@ -69,7 +69,13 @@ def read_chunks(path: Path, *, uncached: bool = False) -> Iterator[bytes]:
                 yield chunk
         finally:
             if uncached:
-                os.posix_fadvise(source.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+                drop_cached(source.fileno())
+
+
+def drop_cached(fd: int, offset: int = 0, length: int = 0) -> None:
+    """Drop `length` bytes of an open file from `offset` (0: to its end) from this node's page
+    cache (posix_fadvise DONTNEED), so the next read of them goes to the file system again."""
+    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
 
 
 def checksum_of(chunks: Iterable[bytes]) -> tuple[str, int]:

@@ -1,7 +1,8 @@
 """A dataset split as a numbered list of samples: the unit that plans, stores and stages move.
 
 A sample is a file (an image, an HDF5 file) or, in a `Catalog` subclass, a record inside a
-larger file (CIFAR's batches); staging and the loader only use `stat` and `read_chunks`.
+larger file (CIFAR's batches, the shards of a `ShardedCatalog`); staging and the loader only use
+`stat` and `read_chunks`.
 
 A catalog's reads are reads of shared storage: by default each drops the file from this node's
 page cache after reading it, so that every epoch pays what shared storage costs (shared_io.py).
@@ -11,15 +12,31 @@ from __future__ import annotations
 
 import hashlib
 import os
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import BinaryIO
 
-from hpcshuffle.store import SampleMeta, read_chunks
+from hpcshuffle.store import SampleMeta, drop_cached, read_chunks
 
 
 class DatasetError(ValueError):
     """The dataset directory is missing or not laid out as expected."""
+
+
+def find_split(root: Path, split: str, kind: str, expected: str) -> Path:
+    """`root/split`, or a DatasetError naming it and what was `expected` there (the layout, how to make one)."""
+    split_dir = Path(root) / split
+    if not split_dir.is_dir():
+        raise DatasetError(f"{kind} split {split_dir} not found; expected {expected}")
+    return split_dir
+
+
+def changed_since_listing(path: Path) -> DatasetError:
+    """The error for a container whose samples were listed from an older version of it."""
+    return DatasetError(f"{path} changed since the dataset was listed; list it again (restart the run or the staging)")
 
 
 @dataclass(frozen=True)
@@ -80,3 +97,58 @@ class Catalog:
         for relpath, label in zip(self.relpaths, self.labels):
             digest.update(f"{relpath}\0{label}\n".encode())
         return digest.hexdigest()
+
+
+@dataclass(frozen=True)
+class ShardedCatalog(Catalog):
+    """A split whose samples are records inside shard files (tar shards, packed HDF5 files).
+
+    Each sample is still staged and exchanged as its own record; the shard index kept here
+    (which samples a shard holds, from `sample_shard`) is what moving whole shards will need.
+    Subclasses say where a sample lies in its shard and how many bytes it is.
+
+    Attributes:
+        shards: the shard files, relative to `root`, in listing order.
+        shard_mtime_ns: per shard, its mtime when listed; reading a shard changed since then is
+            a DatasetError, not bytes at offsets that no longer hold the sample.
+        sample_shard: per sample id, the index of its shard in `shards`; non-decreasing, so a
+            shard's samples have consecutive ids.
+    """
+
+    shards: tuple[str, ...]
+    shard_mtime_ns: tuple[int, ...]
+    sample_shard: tuple[int, ...]
+
+    def path(self, sample_id: int) -> Path:
+        return self.root / self.shards[self.sample_shard[sample_id]]
+
+    def shard_samples(self, shard: int) -> range:
+        """The ids of the samples that shard `shard` holds (its sample count is the range's length)."""
+        return range(bisect_left(self.sample_shard, shard), bisect_right(self.sample_shard, shard))
+
+    def sample_nbytes(self, sample_id: int) -> int:
+        """The size of the sample's bytes as `read_chunks` gives them."""
+        raise NotImplementedError
+
+    def stat(self, sample_id: int) -> SourceFile:
+        return SourceFile(self.sample_nbytes(sample_id), os.stat(self.path(sample_id)).st_mtime_ns)
+
+    @contextmanager
+    def open_shard(self, sample_id: int, offset: int = 0, length: int = 0) -> Iterator[BinaryIO]:
+        """The sample's shard, opened for reading and checked unchanged since listing.
+
+        Args:
+            offset, length: the bytes the read touches (0, 0: the whole file), dropped from the
+                page cache afterwards when the catalog is `uncached`.
+        """
+        path = self.path(sample_id)
+        with open(path, "rb") as shard:
+            # an fstat per read, as CIFAR's stat per read: staging must never be handed the
+            # bytes of another version of the shard under the mtime it statted
+            if os.fstat(shard.fileno()).st_mtime_ns != self.shard_mtime_ns[self.sample_shard[sample_id]]:
+                raise changed_since_listing(path)
+            try:
+                yield shard
+            finally:
+                if self.uncached:
+                    drop_cached(shard.fileno(), offset, length)

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile
+from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile, changed_since_listing
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
 from hpcshuffle.formats.synthetic import class_image
 
@@ -139,9 +139,7 @@ def load_records(path: Path, layout: str, mtime_ns: int) -> np.ndarray:
     # a stat per read, no more than an ImageFolder's open per sample: staging records the mtime
     # it statted, so it must never be handed the bytes of another version of the container
     if path.stat().st_mtime_ns != mtime_ns:
-        raise DatasetError(
-            f"{path} changed since the dataset was listed; list it again (restart the run or the staging)"
-        )
+        raise changed_since_listing(path)
     with _RECORDS_LOCK:
         cached = _RECORDS.get(path)
         if cached is None or cached[0] != mtime_ns:

@@ -18,7 +18,7 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
-from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.formats.catalog import Catalog, DatasetError, find_split
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
 
 if TYPE_CHECKING:
@@ -35,9 +35,7 @@ SIDE_MULTIPLE = 16  # the DeepLabv3+ encoder downsamples by 16
 def scan(root: str | Path, split: str) -> Catalog:
     """List `root/split/*.h5` in name order; labels are inside the files, so all are 0."""
     root = Path(root)
-    split_dir = root / split
-    if not split_dir.is_dir():
-        raise DatasetError(f"DeepCAM split {split_dir} not found; expected {root}/{{train,validation}}/*.h5")
+    split_dir = find_split(root, split, "DeepCAM", f"{root}/{{train,validation}}/*.h5")
     relpaths = tuple(f"{split}/{path.name}" for path in sorted(split_dir.glob("*.h5")))
     if not relpaths:
         raise DatasetError(f"{split_dir} holds no .h5 files")
@@ -206,10 +204,57 @@ def sample_name(index: int) -> str:
     return f"data-{datetime(2106, 1, 1) + timedelta(hours=3 * index):%Y-%m-%d-%H}-1.h5"
 
 
-def write_hdf5(path: Path, arrays: dict[str, np.ndarray]) -> None:
+def write_hdf5(path: Path | io.BytesIO, arrays: dict[str, np.ndarray]) -> None:
     with h5py.File(path, "w") as out:
         for name, array in arrays.items():
             out[name] = array
+
+
+def sample_bytes(fields: np.ndarray, labels: np.ndarray) -> bytes:
+    """One sample as the bytes of a per-sample DeepCAM file (what `read_sample` reads); the
+    same arrays always give the same bytes, and arrays of one shape and dtype the same size."""
+    buffer = io.BytesIO()
+    write_hdf5(buffer, {"climate/data": fields, "climate/labels_0": labels})
+    return buffer.getvalue()
+
+
+def check_spec(samples: int, val_samples: int | None, height: int, width: int) -> int:
+    """Check a synthetic dataset's size before anything is written; returns the validation count."""
+    if min(height, width) < SIDE_MULTIPLE or height % SIDE_MULTIPLE or width % SIDE_MULTIPLE:
+        raise ValueError(
+            f"--height and --width must be positive multiples of {SIDE_MULTIPLE} (the model "
+            f"downsamples by {SIDE_MULTIPLE}), got {height} x {width}"
+        )
+    if samples < 1:
+        raise ValueError(f"--samples must be >= 1, got {samples}")
+    val_samples = max(1, samples // 5) if val_samples is None else val_samples
+    if val_samples < 1:
+        raise ValueError(f"--val-samples must be >= 1, got {val_samples}")
+    return val_samples
+
+
+class ChannelStats:
+    """Per-channel min, max, mean and mean square over the training samples, as stats.h5 holds them."""
+
+    def __init__(self) -> None:
+        self.minval = np.full(CHANNELS, np.inf, np.float32)
+        self.maxval = np.full(CHANNELS, -np.inf, np.float32)
+        self.total, self.total_sq = np.zeros(CHANNELS), np.zeros(CHANNELS)
+        self.count = 0
+
+    def add(self, fields: np.ndarray) -> None:
+        """Take in one training sample's (H, W, 16) fields."""
+        np.minimum(self.minval, fields.min(axis=(0, 1)), out=self.minval)
+        np.maximum(self.maxval, fields.max(axis=(0, 1)), out=self.maxval)
+        self.total += fields.sum(axis=(0, 1), dtype=np.float64)
+        self.total_sq += np.square(fields, dtype=np.float64).sum(axis=(0, 1))
+        self.count += fields.shape[0] * fields.shape[1]
+
+    def write(self, root: Path) -> None:
+        """`root/stats.h5`, as `read_stats` reads it."""
+        stats = {"minval": self.minval, "maxval": self.maxval, "mean": self.total / self.count,
+                 "sqmean": self.total_sq / self.count}
+        write_hdf5(root / STATS_FILE, {f"climate/{name}": stats[name].astype(np.float32) for name in STATS})
 
 
 def synthesize(
@@ -222,34 +267,18 @@ def synthesize(
     Returns:
         The dataset root, `out`.
     """
-    if min(height, width) < SIDE_MULTIPLE or height % SIDE_MULTIPLE or width % SIDE_MULTIPLE:
-        raise ValueError(
-            f"--height and --width must be positive multiples of {SIDE_MULTIPLE} (the model "
-            f"downsamples by {SIDE_MULTIPLE}), got {height} x {width}"
-        )
-    if samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {samples}")
-    val_samples = max(1, samples // 5) if val_samples is None else val_samples
-    if val_samples < 1:
-        raise ValueError(f"--val-samples must be >= 1, got {val_samples}")
+    val_samples = check_spec(samples, val_samples, height, width)
     out = Path(out)
     for split in SPLITS:
         (out / split).mkdir(parents=True, exist_ok=True)
     jobs = [(SPLITS[0], index) for index in range(samples)] + [(SPLITS[1], samples + i) for i in range(val_samples)]
-    minval = np.full(CHANNELS, np.inf, np.float32)
-    maxval = np.full(CHANNELS, -np.inf, np.float32)
-    total, total_sq = np.zeros(CHANNELS), np.zeros(CHANNELS)
+    stats = ChannelStats()
     for split, index in tqdm(jobs, desc=f"synth {out}", unit="file", disable=not progress):
         fields, labels = synth_sample(np.random.default_rng([seed, index]), height, width)
         write_hdf5(out / split / sample_name(index), {"climate/data": fields, "climate/labels_0": labels})
         if split == SPLITS[0]:
-            np.minimum(minval, fields.min(axis=(0, 1)), out=minval)
-            np.maximum(maxval, fields.max(axis=(0, 1)), out=maxval)
-            total += fields.sum(axis=(0, 1), dtype=np.float64)
-            total_sq += np.square(fields, dtype=np.float64).sum(axis=(0, 1))
-    count = samples * height * width
-    stats = {"minval": minval, "maxval": maxval, "mean": total / count, "sqmean": total_sq / count}
-    write_hdf5(out / STATS_FILE, {f"climate/{name}": stats[name].astype(np.float32) for name in STATS})
+            stats.add(fields)
+    stats.write(out)
     return out
 
 

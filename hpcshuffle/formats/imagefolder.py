@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 
 from PIL import Image
 
-from hpcshuffle.formats.catalog import Catalog, DatasetError
+from hpcshuffle.formats.catalog import Catalog, DatasetError, find_split
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
 from hpcshuffle.formats.synthetic import synth_imagefolder
 
@@ -34,13 +34,10 @@ def scan(root: str | Path, split: str, classes: tuple[str, ...] | None = None) -
         classes: the class list to label with (pass the train split's to label `val` alike).
     """
     root = Path(root)
-    split_dir = root / split
-    if not split_dir.is_dir():
-        raise DatasetError(
-            f"dataset split {split_dir} not found; expected an ImageFolder tree "
-            f"{root}/{{train,val}}/<class>/*.jpg — create one with "
-            f"`hpcshuffle synth imagefolder --out {root}` or set dataset.root"
-        )
+    split_dir = find_split(
+        root, split, "dataset", f"an ImageFolder tree {root}/{{train,val}}/<class>/*.jpg — create one with "
+        f"`hpcshuffle synth imagefolder --out {root}` or set dataset.root"
+    )
     found = tuple(sorted(d.name for d in split_dir.iterdir() if d.is_dir()))
     classes = classes if classes is not None else found
     if not classes:

@@ -38,6 +38,21 @@ def jpeg_bytes(pixels: np.ndarray, quality: int = 90) -> bytes:
     return buffer.getvalue()
 
 
+def check_image_spec(num_samples: int, num_classes: int, num_val_samples: int | None, image_size: int) -> int:
+    """Check a synthetic image dataset's size before anything is written; returns the validation
+    count (default max(classes, samples/5))."""
+    if num_samples < num_classes:
+        raise ValueError(f"--samples ({num_samples}) must be >= --classes ({num_classes})")
+    if num_classes < 2:
+        raise ValueError(f"--classes must be >= 2, got {num_classes}")
+    if image_size < 8:
+        raise ValueError(f"--size must be >= 8 pixels, got {image_size}")
+    num_val_samples = max(num_classes, num_samples // 5) if num_val_samples is None else num_val_samples
+    if num_val_samples < 1:
+        raise ValueError(f"--val-samples must be >= 1, got {num_val_samples}")
+    return num_val_samples
+
+
 def synth_imagefolder(
     out: str | Path,
     num_samples: int,
@@ -52,15 +67,8 @@ def synth_imagefolder(
     Returns:
         The dataset root, `out`.
     """
-    if num_samples < num_classes:
-        raise ValueError(f"--samples ({num_samples}) must be >= --classes ({num_classes})")
-    if num_classes < 2:
-        raise ValueError(f"--classes must be >= 2, got {num_classes}")
-    if image_size < 8:
-        raise ValueError(f"--size must be >= 8 pixels, got {image_size}")
+    num_val_samples = check_image_spec(num_samples, num_classes, num_val_samples, image_size)
     out = Path(out)
-    if num_val_samples is None:
-        num_val_samples = max(num_classes, num_samples // 5)
     rng = np.random.default_rng(seed)
     jobs = [("train", i) for i in range(num_samples)] + [("val", i) for i in range(num_val_samples)]
     for split in ("train", "val"):
