@@ -1,16 +1,16 @@
-"""The `hpcshuffle` command: plan, synth, stage, train, simulate, report, tune-q, imbalance, model, scale."""
+"""The `hpcshuffle` command: plan, synth, pack, stage, train, simulate, report, tune-q, imbalance, model, scale."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 
-from hpcshuffle.cli import imbalance, model, plan, report, scale, stage, synth, train, tune_q
+from hpcshuffle.cli import imbalance, model, pack, plan, report, scale, stage, synth, train, tune_q
 from hpcshuffle.cli.train import simulate_argv
 from hpcshuffle.store import StoreError
 
 # in the order `hpcshuffle --help` lists them; each adds its sub-parsers with `run` set to its function
-COMMANDS = (plan, synth, stage, train, report, tune_q, imbalance, model, scale)
+COMMANDS = (plan, synth, pack, stage, train, report, tune_q, imbalance, model, scale)
 
 
 def build_parser() -> argparse.ArgumentParser:

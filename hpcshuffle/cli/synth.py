@@ -1,4 +1,4 @@
-"""`hpcshuffle synth {imagefolder,cifar,deepcam}`: a synthetic dataset in a real format."""
+"""`hpcshuffle synth {imagefolder,cifar,deepcam,webdataset,packed_h5}`: a synthetic dataset in a real format."""
 
 from __future__ import annotations
 
@@ -9,38 +9,55 @@ SYNTH = {
     "imagefolder": ("imagefolder", ("samples", "classes", "val_samples", "size"), "images"),
     "cifar": ("cifar100", ("samples", "val_samples", "classes", "layout"), "records"),
     "deepcam": ("deepcam", ("samples", "val_samples", "height", "width"), "samples"),
+    "webdataset": ("webdataset", ("samples", "val_samples", "classes", "size", "shard_samples"), "images"),
+    "packed_h5": ("packed_h5", ("samples", "val_samples", "height", "width", "file_samples"), "samples"),
 }
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     synth = commands.add_parser("synth", help="write a synthetic dataset in a real format")
     formats = synth.add_subparsers(dest="format", required=True)
-    imagefolder = formats.add_parser("imagefolder", help="JPEGs in <out>/{train,val}/<class>/")
-    imagefolder.add_argument("--out", required=True)
-    imagefolder.add_argument("--samples", type=int, required=True, help="training images")
-    imagefolder.add_argument("--classes", type=int, default=10)
-    imagefolder.add_argument("--val-samples", type=int, default=None, help="default: samples/5")
-    imagefolder.add_argument("--size", type=int, default=32, help="image side in pixels")
-    imagefolder.add_argument("--seed", type=int, default=0)
-    imagefolder.set_defaults(run=cmd_synth)
-    cifar = formats.add_parser(
-        "cifar", aliases=["cifar100"], help="CIFAR-100 containers in <out>/cifar-100-{python,binary}/"
-    )
-    cifar.add_argument("--out", required=True)
-    cifar.add_argument("--samples", type=int, required=True, help="training records")
-    cifar.add_argument("--val-samples", type=int, default=None, help="test records; default: samples/5")
+    imagefolder = add_format(formats, "imagefolder", "JPEGs in <out>/{train,val}/<class>/", "images")
+    add_image_flags(imagefolder, classes=10)
+    cifar = add_format(formats, "cifar", "CIFAR-100 containers in <out>/cifar-100-{python,binary}/", "records",
+                       val_unit="test records", aliases=["cifar100"])
     cifar.add_argument("--classes", type=int, default=100)
     cifar.add_argument("--layout", choices=["python", "binary"], default="python")
-    cifar.add_argument("--seed", type=int, default=0)
-    cifar.set_defaults(run=cmd_synth, format="cifar")
-    deepcam = formats.add_parser("deepcam", help="HDF5 files in <out>/{train,validation}/ and <out>/stats.h5")
-    deepcam.add_argument("--out", required=True)
-    deepcam.add_argument("--samples", type=int, required=True, help="training files")
-    deepcam.add_argument("--val-samples", type=int, default=None, help="validation files; default: samples/5")
-    deepcam.add_argument("--height", type=int, default=768, help="a multiple of 16")
-    deepcam.add_argument("--width", type=int, default=1152, help="a multiple of 16")
-    deepcam.add_argument("--seed", type=int, default=0)
-    deepcam.set_defaults(run=cmd_synth)
+    cifar.set_defaults(format="cifar")
+    deepcam = add_format(formats, "deepcam", "HDF5 files in <out>/{train,validation}/ and <out>/stats.h5", "files")
+    add_field_flags(deepcam, height=768, width=1152)
+    webdataset = add_format(formats, "webdataset", "imagefolder's JPEGs in tar shards "
+                            "<out>/{train,val}/shard-*.tar, classes mixed", "images")
+    add_image_flags(webdataset, classes=10)
+    webdataset.add_argument("--shard-samples", type=int, default=100, help="images per shard")
+    packed = add_format(formats, "packed_h5", "deepcam's samples packed into HDF5 files "
+                        "<out>/{train,validation}/packed-*.h5 and <out>/stats.h5", "samples")
+    add_field_flags(packed, height=64, width=96)
+    packed.add_argument("--file-samples", type=int, default=16, help="samples per file")
+
+
+def add_format(
+    formats: argparse._SubParsersAction, name: str, help: str, unit: str, val_unit: str | None = None, **kwargs
+) -> argparse.ArgumentParser:
+    """`synth <name>` with the flags every format takes: --out, --samples, --val-samples, --seed."""
+    parser = formats.add_parser(name, help=help, **kwargs)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--samples", type=int, required=True, help=f"training {unit}")
+    parser.add_argument("--val-samples", type=int, default=None, help=f"{val_unit or 'validation ' + unit}; "
+                        "default: samples/5")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.set_defaults(run=cmd_synth)
+    return parser
+
+
+def add_image_flags(parser: argparse.ArgumentParser, classes: int) -> None:
+    parser.add_argument("--classes", type=int, default=classes)
+    parser.add_argument("--size", type=int, default=32, help="image side in pixels")
+
+
+def add_field_flags(parser: argparse.ArgumentParser, height: int, width: int) -> None:
+    parser.add_argument("--height", type=int, default=height, help="a multiple of 16")
+    parser.add_argument("--width", type=int, default=width, help="a multiple of 16")
 
 
 def cmd_synth(args: argparse.Namespace) -> None:

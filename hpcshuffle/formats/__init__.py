@@ -6,7 +6,7 @@ and `hpcshuffle synth` use to the formats; adding one means a module and an entr
 
 from __future__ import annotations
 
-from hpcshuffle.formats import cifar, deepcam, imagefolder, memory
+from hpcshuffle.formats import cifar, deepcam, imagefolder, memory, packed_h5, webdataset
 from hpcshuffle.formats.codec import DatasetFormat
 
 FORMATS: dict[str, DatasetFormat] = {
@@ -14,6 +14,8 @@ FORMATS: dict[str, DatasetFormat] = {
     "cifar100": cifar.FORMAT,
     "deepcam": deepcam.FORMAT,
     "memory": memory.FORMAT,
+    "webdataset": webdataset.FORMAT,
+    "packed_h5": packed_h5.FORMAT,
 }
 
 

@@ -27,8 +27,12 @@ SPECS = {
     "imagefolder": dict(samples=24, val_samples=6, classes=3, size=16),
     "cifar100": dict(samples=60, val_samples=20, classes=10),
     "deepcam": dict(samples=4, val_samples=2, height=32, width=48),
+    "webdataset": dict(samples=24, val_samples=6, classes=3, size=16, shard_samples=10),
+    "packed_h5": dict(samples=5, val_samples=2, height=32, width=48, file_samples=2),
 }
 DEEPCAM_SHAPE = (SPECS["deepcam"]["height"], SPECS["deepcam"]["width"])
+SEGMENT = ("deepcam", "packed_h5")  # DeepCAM's arrays, labels inside the samples
+IMAGES = ("imagefolder", "webdataset")  # JPEGs of any size, decoded alike
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +54,7 @@ def catalogs(name: str, root: Path) -> tuple[Catalog, Catalog]:
 
 
 def decode(name: str, root: Path, augment: str, sample_id: int = 0, train: bool = True, split: int = 0):
-    image_size = 16 if name == "imagefolder" and augment == "standard" else None
+    image_size = 16 if name in IMAGES and augment == "standard" else None
     dataset_format = FORMATS[name]
     train_catalog, val_catalog = catalogs(name, root)
     catalog = (train_catalog, val_catalog)[split]
@@ -62,10 +66,11 @@ def decode(name: str, root: Path, augment: str, sample_id: int = 0, train: bool 
 
 
 def test_registry_names_the_formats_and_their_splits():
-    assert {"imagefolder", "cifar100", "deepcam"} <= set(FORMATS)
+    assert {"imagefolder", "cifar100", "deepcam", "webdataset", "packed_h5"} <= set(FORMATS)
     assert FORMATS["imagefolder"].splits == ("train", "val")
     assert FORMATS["cifar100"].splits == ("train", "test")
-    assert FORMATS["deepcam"].splits == ("train", "validation")
+    assert FORMATS["deepcam"].splits == FORMATS["packed_h5"].splits == ("train", "validation")
+    assert FORMATS["webdataset"].splits == ("train", "val")
     assert get_format("cifar100") is FORMATS["cifar100"]
     with pytest.raises(ValueError, match=r"unknown dataset format 'cifar'.*'cifar100'.*'deepcam'.*'imagefolder'"):
         get_format("cifar")
@@ -79,7 +84,7 @@ def test_scan_lists_both_splits(roots, name):
     spec = SPECS[name]
     train, val = catalogs(name, roots[name])
     assert (len(train), len(val)) == (spec["samples"], spec["val_samples"])
-    if name == "deepcam":  # labels live inside the files
+    if name in SEGMENT:  # labels live inside the files
         assert train.classes == () and set(train.labels) == set(val.labels) == {0}
         return
     assert len(train.classes) == spec["classes"] and val.classes == train.classes
@@ -201,14 +206,14 @@ def test_decode_shapes_dtypes_and_targets(roots, name, augment, train):
     torch.manual_seed(0)
     codec, (inputs, target) = decode(name, roots[name], augment, sample_id=1, train=train)
     assert inputs.dtype == torch.float32 and torch.isfinite(inputs).all()
-    if name == "deepcam":
+    if name in SEGMENT:
         assert (codec.task, codec.in_channels, codec.num_classes) == ("segment", 16, 3)
         assert inputs.shape == (16, *DEEPCAM_SHAPE)
         assert 0 <= inputs.min() and inputs.max() <= 1  # training data, scaled by its own min/max
         assert target.shape == DEEPCAM_SHAPE and target.dtype == torch.int64
         assert set(target.unique().tolist()) <= {0, 1, 2}
         return
-    side = {"imagefolder": 16, "cifar100": 32}[name]
+    side = {"imagefolder": 16, "webdataset": 16, "cifar100": 32}[name]
     assert (codec.task, codec.in_channels, codec.num_classes) == ("classify", 3, SPECS[name]["classes"])
     assert inputs.shape == (3, side, side)
     assert target == catalogs(name, roots[name])[0].labels[1]
@@ -224,7 +229,7 @@ def test_evaluation_is_deterministic_and_training_flips(roots, name):
         assert torch.equal(decode(name, roots[name], "flip", train=False)[1][0], evaluated)
         flipped = torch.equal(inputs, evaluated.flip(-1)) and not torch.equal(inputs, evaluated)
         assert flipped or torch.equal(inputs, evaluated)
-        if name == "deepcam":  # the labels turn with the fields
+        if name in SEGMENT:  # the labels turn with the fields
             unflipped = decode(name, roots[name], "none", train=True)[1][1]
             assert torch.equal(target, unflipped.flip(-1) if flipped else unflipped)
         outcomes.add(flipped)
