@@ -1,7 +1,8 @@
 """Every dataset format trains end to end: `mpiexec -n 2`, partial shuffling, one short epoch on the CPU.
 
 The synthetic datasets are made by the run itself (dataset.synthesize), in the real layouts:
-JPEG ImageFolder, CIFAR-100 python pickles, DeepCAM HDF5 with stats.h5.
+JPEG ImageFolder, CIFAR-100 python pickles, DeepCAM HDF5 with stats.h5, JPEGs in WebDataset tar
+shards, DeepCAM samples packed into HDF5 files.
 """
 
 from __future__ import annotations
@@ -22,6 +23,11 @@ CASES = {
                  {"val_top1", "val_top5"}),
     "deepcam": ("synthetic_deepcam", "deepcam_small", ["dataset.synthesize.samples=16", "dataset.synthesize.val_samples=4",
                 "batch_size=2", "optim.warmup=2", "optim.milestones=[6]"], {"val_iou", "val_pixel_accuracy"}),
+    "webdataset": ("synthetic_webdataset", "small_cnn", ["dataset.synthesize.samples=96",
+                   "dataset.synthesize.shard_samples=16"], {"val_top1", "val_top5"}),
+    "packed_h5": ("synthetic_packed_h5", "deepcam_small", ["dataset.synthesize.samples=16",
+                  "dataset.synthesize.val_samples=4", "dataset.synthesize.file_samples=4", "batch_size=2",
+                  "optim.warmup=2", "optim.milestones=[6]"], {"val_iou", "val_pixel_accuracy"}),
     "memory": ("synthetic-in-memory", "small_cnn", ["dataset.synthesize.samples=64", "dataset.synthesize.classes=10",
                "dataset.synthesize.size=32"], {"val_top1", "val_top5"}),
 }
