@@ -6,11 +6,12 @@ of the ranks from the shared seed and rank r sends p[i] to dest[r], so every slo
 receives exactly one sample per rank: the exchange is balanced and partition sizes never change.
 
 When the ranks of a node share its store (`PlanSpec.ranks_per_node` R > 1), the same algorithm
-runs over nodes instead of ranks: node n draws p from all its ranks hold, k = ⌊q·⌊N/nodes⌋⌋,
-and `dest` permutes the nodes. The sample p[i] is sent by the rank whose store holds it, to
-rank i mod R of the destination node. Nothing moves between the ranks of one node: they train on
-the node's samples dealt afresh every epoch (common.local_orders). Node partitions keep their
-sizes; how a node's samples are spread over its ranks' stores drifts, which nothing depends on.
+runs over nodes instead of ranks: k = ⌊q·⌊N/nodes⌋⌋ per node, and `dest` permutes the nodes.
+Node n's sample for slot i comes from the store of its local rank i mod R (a random one of that
+rank's samples) and goes to local rank i mod R of the destination node, so in every iteration
+each rank of a node sends and receives its 1/R of the node's moves, and every rank's store keeps
+its size. Nothing moves between the ranks of one node: they train on the node's samples dealt
+afresh every epoch (common.local_orders).
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ from hpcshuffle.plan.common import (
     PlanSpec,
     epoch_rng,
     local_orders,
-    node_union,
 )
 
 
@@ -41,13 +41,13 @@ def moves_per_rank(spec: PlanSpec) -> int:
 
 def plan_exchange(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> Exchange:
     slots = moves_per_rank(spec)
-    nodes = spec.nodes
+    nodes, per_node = spec.nodes, spec.ranks_per_node
     pick_rng = epoch_rng(spec.seed, epoch, STREAM_PICK)
-    # picked[n, i]: the sample node n sends in slot i
-    picked = (
-        np.stack([pick_rng.permutation(node_union(spec, held, node))[:slots] for node in range(nodes)])
-        if slots else np.empty((nodes, 0), np.int64)
-    )
+    # picked[n, i]: the sample node n sends in slot i, from the store of its local rank i mod R
+    picked = np.empty((nodes, slots), np.int64)
+    for rank, ids in enumerate(held):
+        mine = picked[rank // per_node, rank % per_node :: per_node]
+        mine[:] = pick_rng.permutation(ids)[: len(mine)]
     # dest[i, n]: where node n sends in slot i; one permutation of the nodes per slot
     dest = epoch_rng(spec.seed, epoch, STREAM_DEST).permuted(
         np.tile(np.arange(nodes), (slots, 1)), axis=1
@@ -56,9 +56,7 @@ def plan_exchange(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> Exchang
     src_node = np.tile(np.arange(nodes), slots)
     dst_node = dest.reshape(-1)
     sample_id = picked.T.reshape(-1)
-    holder = np.empty(spec.num_samples, dtype=np.int64)
-    for rank, ids in enumerate(held):
-        holder[ids] = rank
+    local = slot % per_node  # sender and receiver: local rank i mod R of their nodes
     # spread the slots evenly over the I iterations: ≈ k/I = q·b moves per iteration
     iteration = (slot * spec.iterations) // max(slots, 1)
     # a node drawn as its own destination keeps the sample: no message, nothing to delete.
@@ -67,8 +65,8 @@ def plan_exchange(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> Exchang
     return Exchange(
         slots=slots,
         slot=slot[moved],
-        src=holder[sample_id[moved]],
-        dst=dst_node[moved] * spec.ranks_per_node + slot[moved] % spec.ranks_per_node,
+        src=src_node[moved] * per_node + local[moved],
+        dst=dst_node[moved] * per_node + local[moved],
         sample_id=sample_id[moved],
         iteration=iteration[moved],
     )

@@ -64,6 +64,12 @@ def test_node_plan_invariants(n, m, r, q):
         sent = np.bincount(moves.src // r, minlength=spec.nodes)
         received = np.bincount(moves.dst // r, minlength=spec.nodes)
         assert sent.tolist() == received.tolist() and sent.max() <= k
+        # in every iteration each rank sends as many as it receives, a 1/R share of its node's
+        per_step = spec.iterations * np.arange(m)
+        sent_per_step = np.bincount(per_step[moves.src] + moves.iteration, minlength=m * spec.iterations)
+        received_per_step = np.bincount(per_step[moves.dst] + moves.iteration, minlength=m * spec.iterations)
+        assert sent_per_step.tolist() == received_per_step.tolist()
+        assert [len(ids) for ids in plan.held] == [len(ids) for ids in initial_partition(spec)]
         # the node's stores never hold more than ⌈(1+q)·N/nodes⌉ during the epoch
         peaks = plan.store_peak()
         assert max(sum(peaks[rank] for rank in spec.node_ranks(node)) for node in range(spec.nodes)) <= spec.storage_bound()
