@@ -34,9 +34,9 @@ from hpcshuffle.world import World, on_root
 FILE = "checkpoint.pt"
 FORMAT = 1
 # what must not change between a checkpoint and its resumption (the worker count may)
-FIXED = ("shuffle", "num_samples", "batch_size", "q", "seed", "partition", "dataset")
+FIXED = ("shuffle", "num_samples", "batch_size", "q", "seed", "partition", "shard_samples", "shuffle_buffer", "dataset")
 # what a checkpoint written before a FIXED key existed had
-BEFORE = {"partition": "random"}
+BEFORE = {"partition": "random", "shard_samples": 1, "shuffle_buffer": 0}
 PREEMPT_EXIT_CODE = 75  # EX_TEMPFAIL: "try again"; jobs/train.sbatch requeues on it
 
 

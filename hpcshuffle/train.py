@@ -35,7 +35,7 @@ from hpcshuffle.dataset import prepare_dataset
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import ExchangeError
 from hpcshuffle.formats import get_format
-from hpcshuffle.formats.catalog import DatasetError
+from hpcshuffle.formats.catalog import Catalog, DatasetError, ShardedCatalog
 from hpcshuffle.learner import Learner, pick_device
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
@@ -78,14 +78,17 @@ class Trainer:
         ranks_per_node = config.ranks_per_node(*node_size(world, config.storage.ranks_per_node), self.workers)
         try:
             self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed,
-                                 ranks_per_node, config.storage.partition)
-        except ValueError as err:
+                                 ranks_per_node, config.storage.partition, shard_samples(config, train_catalog),
+                                 config.shuffle.buffer)
+            next(plan_epochs(self.spec, config.shuffle.name, 1))  # a plan that cannot be made fails here, named
+        except (ValueError, DatasetError) as err:
             raise ConfigError(str(err), collective=True) from err
         self.scope = "node" if ranks_per_node > 1 else "rank"
         identity = {
             "shuffle": config.shuffle.name, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
             "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size,
             "q": config.shuffle.q, "seed": config.seed, "partition": config.storage.partition,
+            "shard_samples": self.spec.shard_samples, "shuffle_buffer": self.spec.shuffle_buffer,
             "dataset": train_catalog.fingerprint(),
         }
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
@@ -207,6 +210,7 @@ class Trainer:
         record = {
             "epoch": plan.epoch, "shuffle": config.shuffle.name, "q": config.shuffle.q, "workers": self.workers,
             "scope": self.scope, "ranks_per_node": self.spec.ranks_per_node, "partition": self.spec.partition,
+            "shard_samples": self.spec.shard_samples, "shuffle_buffer": self.spec.shuffle_buffer,
             "batch_size": config.batch_size, "num_samples": self.spec.num_samples,
             "iterations": self.spec.iterations, "lr": row.lr,
             **scores,
@@ -257,6 +261,19 @@ def fail(world: World, err: BaseException) -> None:
         # job's result; after an exit it would have none and, without sacct, wait for one forever
         raise RuntimeError(f"hpcshuffle: {err}") from None
     sys.exit(code)
+
+
+def shard_samples(config: RunConfig, catalog: Catalog) -> int:
+    """The plan's G: samples per shard with shuffle.unit=shard (the packed dataset's), else 1."""
+    if config.shuffle.unit != "shard":
+        return 1
+    if not isinstance(catalog, ShardedCatalog):
+        raise ConfigError(
+            f"shuffle.unit=shard moves whole shards, but dataset.format={config.dataset.format} keeps one record "
+            "per sample: pack the dataset into shards (hpcshuffle pack) and use dataset.format=webdataset, "
+            "or set shuffle.unit=sample"
+        )
+    return catalog.uniform_shard_samples()
 
 
 def run(cfg: DictConfig, world: World, run_dir: Path) -> None:

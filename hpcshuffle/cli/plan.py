@@ -23,13 +23,18 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                       help="ranks sharing a node's partition (storage.scope=node); 1: rank scope")
     plan.add_argument("--partition", choices=PARTITIONS, default="random",
                       help="how the first partition is cut (storage.partition; default random)")
+    plan.add_argument("--shard-samples", type=int, default=1, metavar="G",
+                      help="partition and exchange whole shards of G samples (shuffle.unit=shard); 1: samples")
+    plan.add_argument("--buffer", type=int, default=0, metavar="B",
+                      help="read each node's shards through a shuffle buffer of B samples (shuffle.buffer); 0: full shuffle")
     plan.add_argument("--json", action="store_true", help="per epoch and rank: ids held and order")
     plan.set_defaults(run=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     q = get_strategy(args.shuffle).q_for(args.q)
-    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node, args.partition)
+    spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node, args.partition,
+                    args.shard_samples, args.buffer)
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
 
@@ -38,9 +43,11 @@ def plan_summary(plans: list[EpochPlan]) -> str:
     spec = plans[0].spec
     unit = "node" if spec.ranks_per_node > 1 else "rank"
     nodes = f", {spec.nodes} nodes of {spec.ranks_per_node} ranks sharing a partition" if unit == "node" else ""
+    shards = f" of shards of {spec.shard_samples}" if spec.shard_samples > 1 else ""
+    shards += f", a shuffle buffer of {spec.shuffle_buffer}" if spec.shuffle_buffer else ""
     lines = [
         f"N={spec.num_samples} samples, M={spec.num_ranks} workers{nodes}, b={spec.batch_size}, q={spec.q}, "
-        f"seed={spec.seed}, {spec.partition} partition: "
+        f"seed={spec.seed}, {spec.partition} partition{shards}: "
         f"{spec.iterations} iterations/epoch, every rank trains on {spec.max_share} "
         f"samples/epoch; partitions {spec.num_samples // spec.nodes}..{-(-spec.num_samples // spec.nodes)}",
         f"{'epoch':>5} {'held min..max':>14} {f'sent/{unit}':>12} {f'recv/{unit}':>12} {f'peak/{unit}':>10} "

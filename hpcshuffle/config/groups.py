@@ -19,6 +19,7 @@ from hpcshuffle.plan import PARTITIONS, STRATEGIES, Strategy, get_strategy
 from hpcshuffle.shared_io import SHARED_READS, UNCACHED
 
 SCOPES = ("auto", "node", "rank")
+UNITS = ("sample", "shard")
 
 
 def at_least(prefix: str, **values: int | float) -> None:
@@ -36,6 +37,10 @@ class ShuffleConfig:
         ahead: locality-aware loading: steps a loan is sent before its step.
         virtual_workers: > 0: one process trains as synchronous SGD over this many workers.
         virtual_chunk: virtual workers per forward/backward pass; 0: all of them.
+        unit: "sample", or "shard": the plan partitions and exchanges whole shards of a packed
+            dataset (plan/shards.py), with shard j holding ids [jG, (j+1)G).
+        buffer: B > 0: each epoch a node reads its shards in a shuffled order, each one in order,
+            through a shuffle buffer of B samples; 0: a full shuffle of what the node holds.
     """
 
     name: str = "local"
@@ -43,10 +48,21 @@ class ShuffleConfig:
     ahead: int = 4
     virtual_workers: int = 0
     virtual_chunk: int = 0
+    unit: str = "sample"
+    buffer: int = 0
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGIES:
             raise ConfigError(f"shuffle must be one of {sorted(STRATEGIES)}, got {self.name!r}")
+        if self.unit not in UNITS:
+            raise ConfigError(f"shuffle.unit must be one of {UNITS}, got {self.unit!r}")
+        if self.buffer < 0:
+            raise ConfigError(f"shuffle.buffer must be >= 0 samples (0: a full shuffle), got {self.buffer}")
+        if (self.unit == "shard" or self.buffer) and not self.strategy.local_order:
+            raise ConfigError(
+                f"shuffle.unit=shard and shuffle.buffer shape the partition and the order a node reads its "
+                f"own samples in, but shuffle={self.name} trains on global batches: use shuffle=local or partial"
+            )
         if not 0.0 <= self.q <= 1.0:
             raise ConfigError(f"shuffle.q must be in [0, 1], got {self.q}")
         try:

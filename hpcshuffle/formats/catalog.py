@@ -126,6 +126,18 @@ class ShardedCatalog(Catalog):
         """The ids of the samples that shard `shard` holds (its sample count is the range's length)."""
         return range(bisect_left(self.sample_shard, shard), bisect_right(self.sample_shard, shard))
 
+    def uniform_shard_samples(self) -> int:
+        """G, the samples of every shard but the last (which may hold fewer): the plan's shard j is
+        ids [jG, (j+1)G) (plan/shards.py). A split whose shards differ is a DatasetError."""
+        counts = [len(self.shard_samples(shard)) for shard in range(len(self.shards))]
+        if any(count != counts[0] for count in counts[:-1]) or counts[-1] > counts[0]:
+            raise DatasetError(
+                f"shuffle.unit=shard needs shards of one sample count (a shorter last one aside), but the shards "
+                f"under {self.root} hold {min(counts)}..{max(counts)} samples: pack them again with "
+                "`hpcshuffle pack --shard-samples G`"
+            )
+        return counts[0]
+
     def sample_nbytes(self, sample_id: int) -> int:
         """The size of the sample's bytes as `read_chunks` gives them."""
         raise NotImplementedError

@@ -13,6 +13,8 @@ from fractions import Fraction
 
 import numpy as np
 
+from hpcshuffle.plan.shards import buffered_order, dealt_ids
+
 # Sub-streams of the per-(seed, epoch) random generator, so that adding a draw in one place
 # never changes the numbers drawn in another.
 STREAM_PARTITION = 0
@@ -46,6 +48,10 @@ class PlanSpec:
             its ranks every epoch, and only moves between nodes are planned. With R = 1 every
             plan is exactly the rank-scope plan.
         partition: how the epoch-0 partition is cut, RANDOM or CONTIGUOUS (`initial_partition`).
+        shard_samples: G, samples per shard of a packed dataset (shard j is ids [jG, (j+1)G));
+            G > 1 partitions and exchanges whole shards (plan/shards.py); 1 plans single samples.
+        shuffle_buffer: B, samples in the shuffle buffer through which a node reads its shards
+            each epoch (plan/shards.py); 0 shuffles everything the node holds.
     """
 
     num_samples: int
@@ -55,8 +61,13 @@ class PlanSpec:
     seed: int = 0
     ranks_per_node: int = 1
     partition: str = RANDOM
+    shard_samples: int = 1
+    shuffle_buffer: int = 0
 
     def __post_init__(self) -> None:
+        if self.shard_samples < 1 or self.shuffle_buffer < 0:
+            raise ValueError(f"samples per shard must be >= 1 and the shuffle buffer >= 0, got {self.shard_samples} "
+                             f"and {self.shuffle_buffer}")
         if self.partition not in PARTITIONS:
             raise ValueError(f"storage.partition must be one of {PARTITIONS}, got {self.partition!r}: random cuts a "
                              "seeded shuffle of the ids, contiguous consecutive id ranges")
@@ -289,6 +300,8 @@ def initial_partition(spec: PlanSpec) -> list[np.ndarray]:
     Returns the ranks' sorted parts."""
     if spec.partition == CONTIGUOUS:
         ids = np.arange(spec.num_samples, dtype=np.int64)
+    elif spec.shard_samples > 1:  # whole shards in a random order, cut into runs like the ids
+        ids = dealt_ids(spec.num_samples, spec.shard_samples, epoch_rng(spec.seed, 0, STREAM_PARTITION))
     else:
         ids = epoch_rng(spec.seed, 0, STREAM_PARTITION).permutation(spec.num_samples)
     return [
@@ -317,16 +330,23 @@ def pad_to(ids: np.ndarray, length: int) -> np.ndarray:
 def local_orders(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> list[np.ndarray]:
     """Each rank's share of a fresh shuffle of what its node holds, ⌈N/M⌉ ids each.
 
-    A node's ids are shuffled, padded to R·⌈N/M⌉ and dealt in R consecutive runs, so every epoch
+    A node's ids are shuffled (with a shuffle buffer, read shard by shard through it:
+    shards.buffered_order), padded to R·⌈N/M⌉ and dealt in R consecutive runs, so every epoch
     mixes the whole node's partition across its ranks at no network cost. In rank scope (R = 1)
     this is each rank's shuffle of its own partition.
     """
     rng = epoch_rng(spec.seed, epoch, STREAM_ORDER)
     ranks_per_node, share = spec.ranks_per_node, spec.max_share
+
+    def shuffled(ids: np.ndarray) -> np.ndarray:
+        if spec.shuffle_buffer:
+            return buffered_order(ids, spec.shard_samples, spec.shuffle_buffer, rng)
+        return rng.permutation(ids)
+
     return [
         dealt
         for node in range(spec.nodes)
-        for dealt in pad_to(rng.permutation(node_union(spec, held, node)), ranks_per_node * share).reshape(
+        for dealt in pad_to(shuffled(node_union(spec, held, node)), ranks_per_node * share).reshape(
             ranks_per_node, share
         )
     ]

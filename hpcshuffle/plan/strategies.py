@@ -86,6 +86,11 @@ class Strategy:
         return spec.storage_headroom()
 
     @property
+    def local_order(self) -> bool:
+        """Each node trains on a shuffle of what it holds (LS, PLS), rather than on global batches."""
+        return self.data_path in (PATH_STORE, PATH_EXCHANGE)
+
+    @property
     def node_scope(self) -> bool:
         """Whether the ranks of a node can share its partition (storage.scope=node): a strategy whose
         samples live in node-local stores. One that reads shared storage has no partition."""

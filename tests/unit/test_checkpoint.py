@@ -19,7 +19,7 @@ from hpcshuffle.errors import ConfigError
 from hpcshuffle.metrics import append_jsonl, drop_epochs_from, read_jsonl
 
 PLAN = {"shuffle": "partial", "num_samples": 211, "num_ranks": 4, "batch_size": 8, "q": 0.5, "seed": 0,
-        "partition": "random", "dataset": "ab"}
+        "partition": "random", "shard_samples": 1, "shuffle_buffer": 0, "dataset": "ab"}
 
 
 def test_save_then_load_round_trips_and_leaves_no_temporaries(tmp_path):

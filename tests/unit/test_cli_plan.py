@@ -133,6 +133,22 @@ def test_contiguous_partition_in_json(capsys):
     assert "seed=0, contiguous partition:" in summary.splitlines()[0]
 
 
+def test_shard_plan_sends_whole_shards(capsys):
+    """1000 samples, 4 ranks, shards of 20: k = ⌊0.3·250⌋ = 75 samples allow 3 shards per rank."""
+    out = run_plan(capsys, "--samples", "1000", "--workers", "4", "--shuffle", "partial", "--q", "0.3", "--batch", "10",
+                   "--epochs", "1", "--shard-samples", "20", "--buffer", "40")
+    lines = out.splitlines()
+    assert "random partition of shards of 20, a shuffle buffer of 40:" in lines[0]
+    sent = [int(count) for count in lines[2].split()[2].split("..")]
+    assert all(count % 20 == 0 and count <= 60 for count in sent)
+
+
+def test_a_shard_larger_than_the_budget_exits_2(capsys):
+    err = cli_error(capsys, "plan", "--samples", "1000", "--workers", "4", "--shuffle", "partial", "--q", "0.01",
+                    "--batch", "10", "--shard-samples", "20")
+    assert "a shard of 20 samples is more than the 2 samples a node may move per epoch" in err
+
+
 def test_ranks_per_node_that_does_not_divide_exits_2(capsys):
     err = cli_error(capsys, "plan", "--samples", "100", "--workers", "8", "--shuffle", "local", "--batch", "5",
                     "--ranks-per-node", "3")
