@@ -15,6 +15,7 @@ from hpcshuffle.formats.synthetic import synth_imagefolder
 REPO = Path(__file__).resolve().parents[1]
 # 211 is prime: no worker count divides it, so partitions always differ in size
 SMALL_SAMPLES = 211
+SMALL_SHARD = 10  # images per tar shard of `small_shards`: 21 shards and a last one of 1
 # what `train_args` trains unless overridden
 EPOCHS = 3
 BATCH = 8
@@ -44,10 +45,10 @@ def run_mpi(
         pytest.fail(f"{' '.join(command)} hung for {timeout_s} s:\n{err.stdout}\n{err.stderr}")
 
 
-def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str) -> list[str]:
+def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str, layout: str = "imagefolder") -> list[str]:
     return [
         "-m", "hpcshuffle.train",
-        "dataset=imagefolder", f"dataset.root={dataset}",
+        f"dataset={layout}", f"dataset.root={dataset}",
         f"hydra.run.dir={run_dir}", f"storage.local_dir={store}",
         f"batch_size={BATCH}", f"epochs={EPOCHS}", "progress=false",
         *overrides,
@@ -68,6 +69,16 @@ def audit_by_epoch(run_dir: Path) -> dict[int, list[dict]]:
 def small_dataset(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data") / "small"
     return synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=16, progress=False)
+
+
+@pytest.fixture(scope="session")
+def small_shards(small_dataset, tmp_path_factory) -> Path:
+    """`small_dataset` packed into WebDataset tar shards of SMALL_SHARD images (`hpcshuffle pack`)."""
+    from hpcshuffle.formats.webdataset import pack
+
+    root = tmp_path_factory.mktemp("data") / "small_shards"
+    pack(small_dataset, root, shard_samples=SMALL_SHARD, progress=False)
+    return root
 
 
 @pytest.fixture(scope="session")

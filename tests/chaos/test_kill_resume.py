@@ -4,7 +4,8 @@ Each case kills one rank of a 4-rank PLS run during epoch 1 (HPCSHUFFLE_CHAOS_KI
 hpcshuffle/chaos.py), after one exchange has changed the partition, checks that every sample is
 still in some store, restarts the same command, and compares the audit and the loss curve with
 an uninterrupted run's (the shared `trained` run that tests/mpi/test_train_audit.py also checks).
-One case does the same with the ranks pretending to be 2 nodes × 2 ranks (storage.scope=node).
+One case does the same with the ranks pretending to be 2 nodes × 2 ranks (storage.scope=node),
+one with the same images in tar shards, moved whole (shuffle.unit=shard).
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from hpcshuffle.chaos import ENV
 from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from tests.conftest import BATCH, EPOCHS, REPO, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, train_args
+from tests.conftest import (
+    BATCH, EPOCHS, REPO, SMALL_SAMPLES, SMALL_SHARD, audit_by_epoch, mpi_env, run_mpi, train_args,
+)
 
 pytestmark = pytest.mark.chaos
 RANKS, KILL_EPOCH, Q = 4, 1, 0.5
@@ -42,6 +45,9 @@ KILLS = [
     (_draw.randrange(RANKS), point) for point in ("before_barrier", "mid_clean", "before_checkpoint")
 ]
 NODE_KILLS = [(_draw.randrange(RANKS), f"iteration-{_draw.randrange(SPEC.iterations)}")]
+SHARDS = ("shuffle.unit=shard",)
+SHARD_PLANS = list(plan_epochs(PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0, shard_samples=SMALL_SHARD), "partial", EPOCHS))
+SHARD_KILLS = [(_draw.randrange(RANKS), f"iteration-{_draw.randrange(SPEC.iterations)}")]
 
 
 def pls_args(dataset, tmp_path, *extra: str) -> list[str]:
@@ -98,6 +104,19 @@ def test_sigkill_inside_a_node_scope_epoch_then_restart(small_dataset, tmp_path,
     """Ranks read their node's other stores and only nodes exchange: the same guarantees hold."""
     args = pls_args(small_dataset, tmp_path, *NODES)
     kill_and_restart(args, tmp_path, uninterrupted(trained, *NODES), NODE_PLANS, rank, point)
+
+
+@pytest.mark.parametrize(("rank", "point"), SHARD_KILLS, ids=[f"rank{r}-{p}" for r, p in SHARD_KILLS])
+def test_sigkill_inside_a_shard_exchange_then_restart(small_shards, tmp_path, rank, point):
+    """Whole shards move: a shard's samples are rows of one slot to one rank, with the same recovery."""
+    reference_dir = tmp_path / "reference"
+    done = run_mpi(RANKS, train_args(small_shards, reference_dir / "run", reference_dir / "store", *PLS, *SHARDS,
+                                     layout="webdataset"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    reference = {"audit": audit_by_epoch(reference_dir / "run"),
+                 "metrics": read_jsonl(reference_dir / "run" / "metrics.jsonl")}
+    args = train_args(small_shards, tmp_path / "run", tmp_path / "store", *PLS, *SHARDS, layout="webdataset")
+    kill_and_restart(args, tmp_path, reference, SHARD_PLANS, rank, point)
 
 
 def kill_and_restart(args: list[str], tmp_path, reference: dict, plans, rank: int, point: str) -> None:
