@@ -46,7 +46,8 @@ KILLS = [
 ]
 NODE_KILLS = [(_draw.randrange(RANKS), f"iteration-{_draw.randrange(SPEC.iterations)}")]
 SHARDS = ("shuffle.unit=shard",)
-SHARD_PLANS = list(plan_epochs(PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0, shard_samples=SMALL_SHARD), "partial", EPOCHS))
+SHARD_PLANS = list(plan_epochs(PlanSpec(SMALL_SAMPLES, RANKS, BATCH, Q, 0, shard_samples=SMALL_SHARD), "partial",
+                               EPOCHS))
 SHARD_KILLS = [(_draw.randrange(RANKS), f"iteration-{_draw.randrange(SPEC.iterations)}")]
 
 

@@ -99,6 +99,30 @@ def test_shared_io_benchmark_prints_its_ratio_last(shared_fs):
     assert re.fullmatch(r"shared/local read ratio: \d+\.\d\d", lines[-1]), lines[-1]
 
 
+@pytest.mark.gluster
+def test_shards_benchmark_prints_its_ratio_last(shared_fs):
+    result = subprocess.run(
+        [sys.executable, "benchmarks/shards.py", "--samples", "40", "--size", "32", "--shard-samples", "8",
+         "--passes", "2", "--repeats", "1", "--workers", "2", "--q", "0.5", "--batch", "4", "--epochs", "2"],
+        check=False, cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=900,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert "as 5 tar shards of 8" in lines[0], lines[0]
+    assert "fuse.glusterfs" in lines[1], lines[1]
+    assert lines[2].split()[:2] == ["source", "pass"], lines[2]
+    assert [(" ".join(row.split()[:-4]), row.split()[-4]) for row in lines[3:9]] == [
+        (source, str(epoch)) for source in ("files", "shards, pread", "shards, sequential") for epoch in (1, 2)
+    ], lines[3:9]
+    assert lines[10].split() == ["unit", "q", "buffer", "buffer", "MB", "sent/epoch", "worker", "batch"], lines[10]
+    # a rank holds 20 samples, q 0.5 allows 10: one whole shard of 8, so sample-PLS runs at q 8/20
+    assert [row.split()[:5] for row in lines[11:15]] == [
+        ["samples", "0.4", "full", "-", "10"], ["shards", "of", "8", "0.5", "full"], ["shards", "of", "8", "0.5", "32"],
+        ["shards", "of", "8", "0.5", "8"],
+    ], lines[11:15]
+    assert re.fullmatch(r"shards/files read ratio: \d+\.\d\d", lines[-1]), lines[-1]
+
+
 def test_scale_benchmark_prints_its_limits_last():
     result = subprocess.run(
         [sys.executable, "benchmarks/scale.py", "--workers", "256", "--shuffle", "local"],
