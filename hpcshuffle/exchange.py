@@ -23,16 +23,14 @@ store at the epoch's end (7-12 µs of its CPU per moved 100 KB sample here):
   between iterations it takes in whatever arrives (every IDLE_POLL_S while anything is in
   flight). MPI is initialised with MPI_THREAD_MULTIPLE (mpi4py's default) for it.
 - the reader thread reads the next iteration's messages from the store ahead of time;
-- the writer thread checks and writes what arrived, and deletes what was sent once the store
-  is committed without it.
+- the writer thread checks what arrived and writes each message as one pack (store.py), and
+  frees what was sent once the store is committed without it.
 A failure on the exchange thread is raised in the training thread by its next call.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
-import os
 import queue
 import struct
 import threading
@@ -47,7 +45,7 @@ from mpi4py import MPI
 
 from hpcshuffle import chaos
 from hpcshuffle.plan import EpochPlan, Exchange
-from hpcshuffle.store import SampleMeta, Store
+from hpcshuffle.store import SampleMeta, Store, release
 from hpcshuffle.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
 
 TAG_SAMPLE = 7
@@ -129,7 +127,7 @@ class Scheduler:
         # every transport call happens on this thread, so the training thread only hands it work
         self._commands: queue.SimpleQueue = queue.SimpleQueue()
         self._failure: BaseException | None = None
-        self._deleting: Future | None = None  # the files the last epoch sent, being deleted
+        self._deleting: Future | None = None  # the bytes the last epoch sent, being freed
         self._thread = threading.Thread(target=self._serve, name="exchange", daemon=True)
         self._thread.start()
 
@@ -179,10 +177,11 @@ class Scheduler:
     def clean_local_storage(self) -> None:
         """Commit the store for the next epoch without the samples this rank sent.
 
-        Their files are deleted on the writer thread, overlapped with the next epoch, and
-        before anything the writer writes later (a sample sent back next epoch lands only
-        after its old file is gone). Every receiver has flushed them by now; a crash before
-        they are gone leaves uncommitted files that the next start takes back and removes.
+        Their bytes are freed (files deleted, ranges punched out of packs) on the writer thread,
+        overlapped with the next epoch, and before anything the writer writes later (a sample
+        sent back next epoch lands only after its old copy is gone). Every receiver has flushed
+        them by now; a crash before they are gone leaves uncommitted files that the next start
+        takes back and removes, or bytes in a pack that nothing reads.
         """
         if self.plan is None:
             raise ExchangeError("clean_local_storage() before scheduling()")
@@ -341,6 +340,7 @@ class Scheduler:
         self.traffic.received_bytes += len(payload)
 
     def _write_received(self, source: int, metas: list[SampleMeta], payload: np.ndarray) -> None:
+        """Check a message's samples, then write them into the store as one pack."""
         start = 0
         for meta in metas:
             data = payload[start : start + meta.nbytes]
@@ -352,24 +352,23 @@ class Scheduler:
                     f"with checksum {arrived}, sent as {meta.checksum}: corrupted in transit or in "
                     "the sender's store"
                 )
-            try:
-                self.store.add_checked(meta, data)
-            except OSError as err:
-                if err.errno not in (errno.ENOSPC, errno.EDQUOT):
-                    raise
-                raise ExchangeError(
-                    f"rank {self.rank}: node-local storage {self.store.root} is full ({err.strerror}) while "
-                    f"receiving sample {meta.sample_id} ({meta.nbytes} bytes) in {self._what}; free space there, "
-                    "point storage.local_dir at a larger disk, or lower shuffle.q"
-                ) from None
+        try:
+            self.store.add_pack(metas, payload, checked=True)
+        except OSError as err:
+            if err.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise ExchangeError(
+                f"rank {self.rank}: node-local storage {self.store.root} is full ({err.strerror}) while "
+                f"receiving {len(metas)} sample(s) ({len(payload)} bytes) from rank {source} in {self._what}; "
+                "free space there, point storage.local_dir at a larger disk, or lower shuffle.q"
+            ) from None
         self.transport.release(payload)
 
-    def _delete(self, files: list[str], epoch: int) -> None:
-        for done, path in enumerate(files):
-            if done == len(files) // 2:
+    def _delete(self, freed: list[str | tuple[str, int, int]], epoch: int) -> None:
+        for done, item in enumerate(freed):
+            if done == len(freed) // 2:
                 chaos.point(self.rank, epoch, "mid_clean")
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(path)
+            release(item)
 
     def _finish_writes(self) -> None:
         if self._deleting is not None:

@@ -36,7 +36,7 @@ from hpcshuffle.formats.codec import Codec
 from hpcshuffle.node_cache import NOT_CACHED, cache_file
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
 from hpcshuffle.shared_io import check_still_there
-from hpcshuffle.store import atomic_write, sample_path
+from hpcshuffle.store import Location, atomic_write, published_locations, read_at, sample_path
 
 ON_ERROR = ("fail", "skip")
 
@@ -62,6 +62,7 @@ class SampleKey(NamedTuple):
     (node_cache.py), `cached` names the copy to read instead of shared storage and `admit` the
     copy to write after reading it (NOT_CACHED: none). When a node's ranks share its samples
     (storage.scope=node), `home` is the store that holds it (an index into `store_roots`).
+    A sample a store keeps in a pack has its `location` there (store.py); None: a file of its own.
     """
 
     epoch: int
@@ -71,6 +72,7 @@ class SampleKey(NamedTuple):
     cached: int = NOT_CACHED
     admit: int = NOT_CACHED
     home: int = -1
+    location: Location | None = None
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
@@ -124,16 +126,28 @@ class Samples(Dataset):
         """Whether a read goes to shared storage: asked for, or no store to read instead."""
         return shared or not self.store_roots
 
-    def where(self, sample_id: int, shared: bool = False, home: int = -1) -> Path:
+    def where(self, sample_id: int, shared: bool = False, home: int = -1, location: Location | None = None) -> Path:
         if self.from_shared(shared):
             return self.catalog.path(sample_id)
+        if location is not None:
+            return Path(location.path)
         root = self.store_roots[home if home >= 0 else sample_id % len(self.store_roots)]
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
-    def read(self, sample_id: int, shared: bool = False, home: int = -1) -> bytes:
+    def read(self, sample_id: int, shared: bool = False, home: int = -1, location: Location | None = None) -> bytes:
         if self.from_shared(shared):
             return self.catalog.read_bytes(sample_id)
-        return self.where(sample_id, home=home).read_bytes()
+        if location is None:
+            return self.where(sample_id, home=home).read_bytes()
+        data = bytearray(location.nbytes)
+        fd = os.open(location.path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            got = read_at(fd, memoryview(data), location.offset)
+        finally:
+            os.close(fd)
+        if got != location.nbytes:
+            raise ValueError(f"its pack ends {location.nbytes - got} bytes short of the sample")
+        return bytes(data)
 
     def __getitem__(self, key: tuple[int, int]) -> tuple[torch.Tensor, int | torch.Tensor, int] | None:
         return self.decode(key, self.load(key))
@@ -155,11 +169,11 @@ class Samples(Dataset):
             except FileNotFoundError:
                 pass  # another worker is still writing the copy: shared storage has the sample too
         try:
-            data = self.read(key.sample_id, key.shared, key.home)
+            data = self.read(key.sample_id, key.shared, key.home, key.location)
         except (OSError, ValueError) as err:
             if isinstance(err, OSError) and self.from_shared(key.shared):
                 check_still_there(self.catalog, err)  # fails the run whatever loader.on_error says
-            return self.unreadable(key.sample_id, err, key.shared, home=key.home)
+            return self.unreadable(key.sample_id, err, key.shared, home=key.home, location=key.location)
         if key.admit != NOT_CACHED:
             path = cache_file(self.cache_dir, key.sample_id, key.admit)
             try:
@@ -186,14 +200,15 @@ class Samples(Dataset):
                 return (*self.codec.decode(data, label, train=True), sample_id)
         except (OSError, ValueError) as err:  # codecs raise SampleError, a ValueError
             key = SampleKey(*key)
-            return self.unreadable(sample_id, err, key.shared, lent=key.lent is not None, home=key.home)
+            return self.unreadable(sample_id, err, key.shared, lent=key.lent is not None, home=key.home,
+                                   location=key.location)
 
     def unreadable(self, sample_id: int, err: Exception, shared: bool = False, lent: bool = False,
-                   home: int = -1) -> None:
+                   home: int = -1, location: Location | None = None) -> None:
         """None in skip mode; else the DatasetError naming the sample's file."""
         if self.on_error == "skip":
             return None
-        origin = "the bytes a peer lent" if lent else self.where(sample_id, shared, home)
+        origin = "the bytes a peer lent" if lent else self.where(sample_id, shared, home, location)
         raise DatasetError(
             f"cannot read sample {sample_id} ({self.catalog.relpaths[sample_id]}) from {origin}: {err}; "
             "replace or remove the file, or set loader.on_error=skip to leave unreadable samples out "
@@ -211,6 +226,17 @@ def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, to
     return images, labels, sample_ids, skipped
 
 
+class Locator:
+    """Where the stores at `roots` keep their packed samples, as each published at its last commit:
+    `locator(sample_id, home)` is the key's `location` (None: a file of its own)."""
+
+    def __init__(self, roots: Sequence[Path]) -> None:
+        self.tables = [published_locations(root) for root in roots]
+
+    def __call__(self, sample_id: int, home: int = -1) -> Location | None:
+        return self.tables[home if home >= 0 else sample_id % len(self.tables)].get(sample_id)
+
+
 class EpochOrder(Sampler[SampleKey]):
     """Yields a `SampleKey` for each id the plan says this rank trains on this epoch, in the plan's order.
 
@@ -219,6 +245,7 @@ class EpochOrder(Sampler[SampleKey]):
     waiting for them if they are still in flight. The sampler runs in the training process, so
     lent bytes reach the loader's workers inside their keys. Global shuffling with a planned
     cache gives, per position, the cached copy to read and the copy to write (node_cache.py).
+    A data path reading stores sets `locate` (a `Locator`) each epoch, for samples kept in packs.
     """
 
     def __init__(self) -> None:
@@ -229,6 +256,7 @@ class EpochOrder(Sampler[SampleKey]):
         self.steps: Sequence[int] = ()
         self.cache: tuple[list[int], list[int]] | None = None
         self.homes: Sequence[int] | None = None
+        self.locate: Locator | None = None
 
     def set_order(
         self, sample_ids: np.ndarray, epoch: int = 0, sources: np.ndarray | None = None,
@@ -255,9 +283,11 @@ class EpochOrder(Sampler[SampleKey]):
         if self.cache is not None:
             return (SampleKey(self.epoch, sample_id, cached=cached, admit=admit)
                     for sample_id, cached, admit in zip(self.sample_ids, *self.cache))
-        if self.homes is not None:
-            return (SampleKey(self.epoch, sample_id, home=home) for sample_id, home in zip(self.sample_ids, self.homes))
-        return (SampleKey(self.epoch, sample_id) for sample_id in self.sample_ids)
+        homes = self.homes or itertools.repeat(-1)
+        if self.locate is not None:
+            return (SampleKey(self.epoch, sample_id, home=home, location=self.locate(sample_id, home))
+                    for sample_id, home in zip(self.sample_ids, homes))
+        return (SampleKey(self.epoch, sample_id, home=home) for sample_id, home in zip(self.sample_ids, homes))
 
     def _locality_keys(self) -> Iterator[SampleKey]:
         lent: dict[int, list[bytes]] = defaultdict(list)
@@ -265,7 +295,9 @@ class EpochOrder(Sampler[SampleKey]):
         homes = self.homes or itertools.repeat(-1)
         for sample_id, source, step, home in zip(self.sample_ids, self.sources, self.steps, homes):
             if source != FROM_LOAN:
-                yield SampleKey(self.epoch, sample_id, shared=source == FROM_SHARED, home=home)
+                shared = source == FROM_SHARED
+                location = None if shared or self.locate is None else self.locate(sample_id, home)
+                yield SampleKey(self.epoch, sample_id, shared=shared, home=home, location=location)
                 continue
             if step != borrowed_step:  # the step's first borrowed sample: take in all of them
                 for lent_id, data in self.borrow(step):

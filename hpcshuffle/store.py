@@ -1,16 +1,27 @@
-"""The node-local sample store: one directory per rank, one file per sample, one manifest.
+"""The node-local sample store: one directory per rank, samples in files of their own or in packs,
+one manifest.
 
 Layout::
 
-    <root>/samples/<sample_id:09d><suffix>   the sample's bytes, exactly as in the dataset
+    <root>/samples/<sample_id:09d><suffix>   a sample's bytes, exactly as in the dataset
+    <root>/packs/<name>.pack                 many samples' bytes back to back, then a trailer
+                                             listing them (see `write_pack`)
     <root>/manifest.json                     {"epoch", "plan_key",
-                                              "samples": {id: [relpath, label, nbytes, xxh3, source_mtime_ns]}}
+                                              "samples": {id: [relpath, label, nbytes, xxh3, source_mtime_ns
+                                                               (, pack name, offset)]}}
+    <root>/locations.json                    {id: [pack name, offset, nbytes]} of the packed samples,
+                                             published with the manifest for loaders and node peers
     <root>/.lock                             held (flock) while a process owns the store
+
+A pack is what one exchange message brought or one staged shard: one create and one write for
+many samples instead of one each. A packed sample that leaves the store has its bytes freed in
+place (a hole punched in the pack), and the pack is deleted with its last sample, so the store's
+bytes stay those of the samples it holds.
 
 Every write is atomic: the bytes go to a temporary name, are fsynced, then renamed over the
 final name, and the directory is fsynced. The manifest is rewritten (atomically) only at
-`commit`, once per epoch boundary; between commits the sample files are the truth and the
-manifest says what the store held at the last committed boundary.
+`commit`, once per epoch boundary; between commits the sample files and packs are the truth and
+the manifest says what the store held at the last committed boundary.
 """
 
 from __future__ import annotations
@@ -20,17 +31,24 @@ import ctypes
 import fcntl
 import json
 import os
+import struct
 import threading
+import uuid
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
 MANIFEST = "manifest.json"
+LOCATIONS = "locations.json"  # where packed samples are, for readers without the store (`published_locations`)
 CHUNK_BYTES = 8 << 20  # large files are read, hashed and written in pieces of this size
+PACK_SUFFIX = ".pack"
+PACK_FOOTER = struct.Struct("<Q8s")  # a pack ends with its trailer's length and this magic
+PACK_MAGIC = b"HSPACK01"
 _LIBC = ctypes.CDLL(None, use_errno=True)
+_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
 
 
 class StoreError(RuntimeError):
@@ -186,6 +204,80 @@ def atomic_write(
     return (hasher.hexdigest() if hasher is not None else ""), nbytes
 
 
+@dataclass(frozen=True)
+class Location:
+    """Where a packed sample's bytes are: `nbytes` at `offset` of the pack file `path`."""
+
+    path: str
+    offset: int
+    nbytes: int
+
+
+@dataclass
+class Pack:
+    """A pack the store holds samples in: their offsets (ascending) and ids, and where its trailer starts."""
+
+    path: str
+    payload_bytes: int
+    offsets: list[int] = field(default_factory=list)
+    ids: list[int] = field(default_factory=list)
+
+
+def pack_trailer(metas: list[SampleMeta], offsets: list[int]) -> bytes:
+    """What ends a pack: its samples (id, manifest row, offset), then its length and PACK_MAGIC."""
+    trailer = json.dumps([[meta.sample_id, *meta.row(), offset] for meta, offset in zip(metas, offsets, strict=True)]).encode()
+    return trailer + PACK_FOOTER.pack(len(trailer), PACK_MAGIC)
+
+
+def read_pack_trailer(path: str) -> tuple[list[SampleMeta], list[int], int]:
+    """(samples, their offsets, payload bytes) of a pack; StoreError if it does not end in a whole trailer."""
+    try:
+        with open(path, "rb") as pack:
+            size = pack.seek(0, os.SEEK_END)
+            if size < PACK_FOOTER.size:
+                raise ValueError("shorter than its footer")
+            pack.seek(size - PACK_FOOTER.size)
+            length, magic = PACK_FOOTER.unpack(pack.read(PACK_FOOTER.size))
+            if magic != PACK_MAGIC or length > size - PACK_FOOTER.size:
+                raise ValueError("no pack footer at its end")
+            payload_bytes = size - PACK_FOOTER.size - length
+            pack.seek(payload_bytes)
+            rows = json.loads(pack.read(length))
+        metas = [SampleMeta(int(i), relpath, int(label), int(nbytes), checksum, int(mtime_ns))
+                 for i, relpath, label, nbytes, checksum, mtime_ns, _ in rows]
+        offsets = [int(row[6]) for row in rows]
+    except (ValueError, TypeError, KeyError) as err:
+        raise StoreError(f"pack {path} is damaged ({err}); delete it, and the next start restages what it held") from None
+    return metas, offsets, payload_bytes
+
+
+def punch_hole(fd: int, offset: int, length: int) -> None:
+    """Free `length` bytes at `offset` of a file without moving what follows (fallocate PUNCH_HOLE)."""
+    if length <= 0:
+        return
+    if _LIBC.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, ctypes.c_long(offset), ctypes.c_long(length)):
+        err = ctypes.get_errno()
+        raise OSError(err, f"cannot free a packed sample's bytes: {os.strerror(err)}; the node-local store's file "
+                           "system must support hole punching (ext4, xfs, btrfs, tmpfs do)")
+
+
+def release(freed: str | tuple[str, int, int]) -> None:
+    """Carry out what `Store.detach` returned: delete a file, or punch (path, start, end) out of a pack."""
+    if isinstance(freed, str):
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(freed)
+        return
+    path, start, end = freed
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return
+    try:
+        punch_hole(fd, start, end - start)
+    finally:
+        os.close(fd)
+
+
 class Store:
     """A rank's node-local store.
 
@@ -196,7 +288,9 @@ class Store:
     def __init__(self, root: str | os.PathLike) -> None:
         self.root = Path(root)
         self.samples_dir = self.root / "samples"
+        self.packs_dir = self.root / "packs"
         self.samples_dir.mkdir(parents=True, exist_ok=True)
+        self.packs_dir.mkdir(exist_ok=True)
         self._samples = str(self.samples_dir)
         self._lock = open(self.root / ".lock", "w")
         try:
@@ -207,13 +301,15 @@ class Store:
                 f"store {self.root} is in use by another process; give each concurrent job "
                 "its own storage.local_dir"
             ) from None
+        self._where: dict[int, tuple[str, int]] = {}  # packed samples: id -> (pack name, offset)
+        self._packs: dict[str, Pack] = {}
         try:
             self.epoch, self.plan_key, self._meta = self._load_manifest()
+            self._sweep_temporaries()
+            self._reconcile_with_files()
         except StoreError:
             self.close()
             raise
-        self._sweep_temporaries()
-        self._reconcile_with_files()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -229,33 +325,53 @@ class Store:
     def meta(self, sample_id: int) -> SampleMeta:
         return self._meta[sample_id]
 
+    def location(self, sample_id: int) -> Location | None:
+        """Where a packed sample's bytes are; None for a sample in a file of its own (`file`)."""
+        where = self._where.get(sample_id)
+        if where is None:
+            return None
+        return Location(self._packs[where[0]].path, where[1], self._meta[sample_id].nbytes)
+
+    def locations(self) -> dict[int, Location]:
+        """`location` of every packed sample."""
+        return {sample_id: self.location(sample_id) for sample_id in self._where}
+
     def file(self, sample_id: int) -> str:
+        """The file holding a sample: its own, or its pack."""
+        where = self._where.get(sample_id)
+        if where is not None:
+            return self._packs[where[0]].path
         return sample_file(self._samples, sample_id, self._meta[sample_id].relpath)
 
     def path(self, sample_id: int) -> Path:
         return Path(self.file(sample_id))
 
     def read_bytes(self, sample_id: int) -> bytes:
-        with open(self.file(sample_id), "rb") as source:
-            return source.read()
+        buffer = bytearray(self._meta[sample_id].nbytes)
+        self.read_into(sample_id, buffer)
+        return bytes(buffer)
 
-    def read_into(self, sample_id: int, buffer: memoryview | np.ndarray) -> None:
+    def read_into(self, sample_id: int, buffer: memoryview | np.ndarray | bytearray) -> None:
         """Read a sample into `buffer`, exactly its size in the manifest (no bytes object made)."""
         view, path = memoryview(buffer).cast("B"), self.file(sample_id)
         expected = self._meta[sample_id].nbytes
         if len(view) != expected:
             raise ValueError(f"sample {sample_id} is {expected} bytes; the buffer has {len(view)}")
+        where = self._where.get(sample_id)
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
-            while view and (got := os.readv(fd, [view])):
-                view = view[got:]
-            extra = os.read(fd, 1)
+            if where is not None:
+                got = read_at(fd, view, where[1])
+                extra = b""
+            else:
+                got = read_at(fd, view, 0)
+                extra = os.pread(fd, 1, expected)
         finally:
             os.close(fd)
-        if view or extra:
+        if got != expected or extra:
             raise StoreError(
-                f"store file {path} is not the {expected} bytes its manifest records: it was changed "
-                f"outside hpcshuffle; delete {self.root} and run again to restage it"
+                f"store file {path} does not hold the {expected} bytes its manifest records for sample {sample_id}: "
+                f"it was changed outside hpcshuffle; delete {self.root} and run again to restage it"
             )
 
     def verify(self, expected_ids) -> StoreDiff:
@@ -271,58 +387,123 @@ class Store:
 
         In a batch pass durable=False, then call `sync` once for all of them.
         """
+        if meta.sample_id in self._where:
+            release(self.detach(meta.sample_id))  # its old bytes are in a pack: free them (a file is replaced)
         chunks = [data] if isinstance(data, bytes | bytearray | memoryview) else data
         checksum, nbytes = atomic_write(sample_file(self._samples, meta.sample_id, meta.relpath), chunks, durable=durable)
         meta = replace(meta, checksum=checksum, nbytes=nbytes)
         self._meta[meta.sample_id] = meta
         return meta
 
-    def add_checked(self, meta: SampleMeta, data: memoryview | np.ndarray) -> None:
-        """Store a sample whose bytes the caller has checked against `meta` (size and checksum),
-        without hashing them again (the exchange's receiver); durable only after `sync`."""
-        atomic_write(sample_file(self._samples, meta.sample_id, meta.relpath), [data], durable=False, hashed=False)
-        self._meta[meta.sample_id] = meta
+    def add_pack(self, metas: list[SampleMeta], payload: memoryview | np.ndarray | bytes, *, checked: bool) -> list[SampleMeta]:
+        """Store samples whose bytes lie back to back in `payload` (sizes from `metas`) as one pack
+        file: one create and one write for all of them; durable only after `sync`.
+
+        With `checked`, the caller has checked the bytes against the metas' checksums (the
+        exchange's receiver); otherwise each sample is hashed here. A sample the store holds
+        already has its old copy freed first (staging a changed or corrupt one again).
+        Returns the metas stored.
+        """
+        for meta in metas:
+            if meta.sample_id in self._meta:
+                release(self.detach(meta.sample_id))
+        view = memoryview(payload).cast("B")
+        offsets = np.concatenate([[0], np.cumsum([meta.nbytes for meta in metas])]).tolist()
+        if offsets[-1] != len(view):
+            raise ValueError(f"{len(view)} payload bytes for samples of {offsets[-1]}")
+        if not checked:
+            metas = [replace(meta, checksum=xxhash.xxh3_64_hexdigest(view[start:end]))
+                     for meta, start, end in zip(metas, offsets, offsets[1:])]
+        name = uuid.uuid4().hex
+        path = f"{self.packs_dir}/{name}{PACK_SUFFIX}"
+        atomic_write(path, [view, pack_trailer(metas, offsets[:-1])], durable=False, hashed=False)
+        self._packs[name] = Pack(path, offsets[-1], offsets[:-1], [meta.sample_id for meta in metas])
+        for meta, offset in zip(metas, offsets, strict=False):
+            self._meta[meta.sample_id] = meta
+            self._where[meta.sample_id] = (name, offset)
+        return metas
 
     def intact(self, sample_id: int) -> bool:
         """Re-read a stored sample and compare its size and checksum with the manifest."""
         meta = self._meta[sample_id]
-        path = self.path(sample_id)
         try:
-            if path.stat().st_size != meta.nbytes:
+            if sample_id not in self._where and self.path(sample_id).stat().st_size != meta.nbytes:
                 return False
-            return checksum_of(read_chunks(path))[0] == meta.checksum
-        except FileNotFoundError:
+            return xxhash.xxh3_64_hexdigest(self.read_bytes(sample_id)) == meta.checksum
+        except (FileNotFoundError, StoreError):
             return False
 
     def remove(self, sample_id: int) -> None:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.detach(sample_id))
+        release(self.detach(sample_id))
 
-    def detach(self, sample_id: int) -> str:
-        """Drop a sample from the store's record and return its file, for the caller to delete
-        before anything may write that sample again. Until then the file is like one received
-        after the last commit: the next start takes it back and removes what the plan does not want.
+    def detach(self, sample_id: int) -> str | tuple[str, int, int]:
+        """Drop a sample from the store's record and return what frees its bytes, for the caller
+        to hand to `release` before anything may write that sample again: its file, or its pack
+        once no other sample is left in it, else (pack, start, end), the range to punch out of
+        the pack (the gap between its live neighbours). Until then the bytes are like a sample
+        received after the last commit: the next start takes a file back, and removes what the
+        plan does not want; a range in a pack the manifest still names is simply not read.
         """
-        path = self.file(sample_id)
+        where = self._where.pop(sample_id, None)
+        if where is None:
+            path = self.file(sample_id)
+            del self._meta[sample_id]
+            return path
         del self._meta[sample_id]
-        return path
+        pack = self._packs[where[0]]
+        start, end, alone = self._gap(where[0], pack.offsets.index(where[1]))
+        if alone:
+            del self._packs[where[0]]
+            return pack.path
+        return pack.path, start, end
+
+    def _live(self, name: str, pack: Pack, index: int) -> bool:
+        return self._where.get(pack.ids[index]) == (name, pack.offsets[index])
+
+    def _gap(self, name: str, index: int) -> tuple[int, int, bool]:
+        """(start, end, no sample of the pack left) of the dead bytes around sample `index` of a pack."""
+        pack = self._packs[name]
+        before = next((i for i in range(index - 1, -1, -1) if self._live(name, pack, i)), None)
+        after = next((i for i in range(index + 1, len(pack.ids)) if self._live(name, pack, i)), None)
+        start = 0 if before is None else pack.offsets[before] + self._meta[pack.ids[before]].nbytes
+        end = pack.payload_bytes if after is None else pack.offsets[after]
+        return start, end, before is None and after is None
 
     def adopt(self, meta: SampleMeta) -> None:
-        """Take an uncommitted file (see `orphans`) back into the store; its checksum is computed here."""
-        path = self.orphans.pop(meta.sample_id)
-        checksum, nbytes = checksum_of(read_chunks(path))
-        self._meta[meta.sample_id] = replace(meta, checksum=checksum, nbytes=nbytes)
-        path.rename(self.path(meta.sample_id))
+        """Take an uncommitted sample (see `orphans`) back into the store; its checksum is computed here."""
+        orphan = self.orphans.pop(meta.sample_id)
+        if isinstance(orphan, Path):
+            checksum, nbytes = checksum_of(read_chunks(orphan))
+            self._meta[meta.sample_id] = replace(meta, checksum=checksum, nbytes=nbytes)
+            orphan.rename(self.path(meta.sample_id))
+            return
+        name, offset, nbytes = orphan
+        if name not in self._packs:
+            self._packs[name] = self._orphan_packs[name]
+        self._where[meta.sample_id] = (name, offset)
+        self._meta[meta.sample_id] = meta = replace(meta, nbytes=nbytes)  # read_bytes reads nbytes
+        self._meta[meta.sample_id] = replace(meta, checksum=xxhash.xxh3_64_hexdigest(self.read_bytes(meta.sample_id)))
 
     def discard_orphans(self) -> None:
-        for path in self.orphans.values():
-            path.unlink(missing_ok=True)
-        self.orphans = {}
+        """Delete what `adopt` did not take: files, packs none of whose samples were adopted, and
+        the bytes of the others' samples that were not."""
+        for sample_id, orphan in self.orphans.items():
+            if isinstance(orphan, Path):
+                orphan.unlink(missing_ok=True)
+            elif orphan[0] in self._packs:
+                pack = self._packs[orphan[0]]
+                start, end, _ = self._gap(orphan[0], pack.offsets.index(orphan[1]))
+                release((pack.path, start, end))
+        for name, pack in self._orphan_packs.items():
+            if name not in self._packs:
+                release(pack.path)
+        self.orphans, self._orphan_packs = {}, {}
 
     def sync(self) -> None:
         """Make every write, rename and unlink so far durable."""
         _syncfs(self.samples_dir)
         _fsync_dir(self.samples_dir)
+        _fsync_dir(self.packs_dir)
 
     def commit(self, epoch: int, plan_key: str) -> None:
         """Record durably that the store now holds what `plan_key`'s plan says for `epoch`."""
@@ -331,8 +512,10 @@ class Store:
         manifest = {
             "epoch": epoch,
             "plan_key": plan_key,
-            "samples": {str(i): m.row() for i, m in sorted(self._meta.items())},
+            "samples": {str(i): m.row() + list(self._where.get(i, ())) for i, m in sorted(self._meta.items())},
         }
+        locations = {str(i): [name, offset, self._meta[i].nbytes] for i, (name, offset) in sorted(self._where.items())}
+        atomic_write(self.root / LOCATIONS, [json.dumps(locations).encode()])
         atomic_write(self.root / MANIFEST, [json.dumps(manifest).encode()])
 
     def close(self) -> None:
@@ -354,10 +537,13 @@ class Store:
             return None, None, {}
         try:
             manifest = json.loads(path.read_text())
-            samples = {
-                int(key): SampleMeta(int(key), relpath, int(label), int(nbytes), checksum, int(mtime_ns))
-                for key, (relpath, label, nbytes, checksum, mtime_ns) in manifest["samples"].items()
-            }
+            samples = {}
+            for key, row in manifest["samples"].items():
+                relpath, label, nbytes, checksum, mtime_ns, *packed = row
+                if packed:
+                    name, offset = packed
+                    self._where[int(key)] = (str(name), int(offset))
+                samples[int(key)] = SampleMeta(int(key), relpath, int(label), int(nbytes), checksum, int(mtime_ns))
             return manifest["epoch"], manifest["plan_key"], samples
         except (ValueError, KeyError, TypeError) as err:
             raise StoreError(
@@ -365,16 +551,75 @@ class Store:
             ) from err
 
     def _sweep_temporaries(self) -> None:
-        for tmp in self.samples_dir.glob(".*.tmp*"):
-            tmp.unlink()
+        for directory in (self.samples_dir, self.packs_dir):
+            for tmp in directory.glob(".*.tmp*"):
+                tmp.unlink()
 
     def _reconcile_with_files(self) -> None:
-        """Forget manifest entries whose file is gone; set aside files that have no entry.
+        """Forget manifest entries whose file or pack is gone; set aside samples that have no entry.
 
-        A file without an entry was received after the last commit. It is never deleted here:
-        its sender may already have deleted its copy. `adopt` or `discard_orphans` decide.
+        A file without an entry, or a pack the manifest does not name, was received after the
+        last commit. It is never deleted here: its sender may already have deleted its copy.
+        `adopt` or `discard_orphans` decide.
         """
         on_disk = {int(p.name[:9]): p for p in self.samples_dir.iterdir() if p.name[:9].isdigit()}
-        for sample_id in [i for i in self._meta if i not in on_disk]:
+        packs = {p.name[: -len(PACK_SUFFIX)]: str(p) for p in self.packs_dir.iterdir() if p.name.endswith(PACK_SUFFIX)}
+        named = {name for name, _ in self._where.values()}
+        self.orphans: dict[int, Path | tuple[str, int, int]] = {}
+        self._orphan_packs: dict[str, Pack] = {}
+        for name, path in sorted(packs.items()):
+            try:
+                metas, offsets, payload_bytes = read_pack_trailer(path)
+            except StoreError:
+                if name not in named:
+                    continue  # never committed: a partly written pack cannot be one, so leave it to the user
+                raise
+            pack = Pack(path, payload_bytes, offsets, [meta.sample_id for meta in metas])
+            if name in named:
+                self._packs[name] = pack
+                continue
+            self._orphan_packs[name] = pack
+            for meta, offset in zip(metas, offsets, strict=True):
+                if meta.sample_id not in self._meta:
+                    self.orphans[meta.sample_id] = (name, offset, meta.nbytes)
+        for sample_id in [i for i in self._meta if i not in on_disk and self._where.get(i, ("",))[0] not in self._packs]:
             del self._meta[sample_id]
-        self.orphans = {i: path for i, path in on_disk.items() if i not in self._meta}
+            self._where.pop(sample_id, None)
+        self.orphans.update({i: path for i, path in on_disk.items() if i not in self._meta})
+        self._free_dead_ranges()
+
+    def _free_dead_ranges(self) -> None:
+        """Punch out of the packs the manifest names the samples it does not: they left and were
+        committed without, but a crash came before their bytes were freed."""
+        for name, pack in self._packs.items():
+            index = 0
+            while index < len(pack.ids):
+                if self._live(name, pack, index):
+                    index += 1
+                    continue
+                start, end, _ = self._gap(name, index)
+                release((pack.path, start, end))
+                index = next((i for i in range(index + 1, len(pack.ids)) if self._live(name, pack, i)), len(pack.ids))
+
+
+def published_locations(root: str | os.PathLike) -> dict[int, Location]:
+    """Where the store at `root` keeps its packed samples, as of its last commit; readable while
+    another process owns the store (a loader, the node's other ranks)."""
+    path = Path(root) / LOCATIONS
+    try:
+        rows = json.loads(path.read_text())
+        packs = f"{Path(root) / 'packs'}"
+        return {int(i): Location(f"{packs}/{name}{PACK_SUFFIX}", int(offset), int(nbytes))
+                for i, (name, offset, nbytes) in rows.items()}
+    except FileNotFoundError:
+        return {}  # committed before packs existed: every sample is a file of its own
+    except (ValueError, TypeError, AttributeError) as err:
+        raise StoreError(f"{path} is unreadable ({err!r}); delete {root} to restage it") from None
+
+
+def read_at(fd: int, view: memoryview, offset: int) -> int:
+    """Read into all of `view` from `offset` of `fd` (fewer bytes only at the file's end); bytes read."""
+    done = 0
+    while done < len(view) and (got := os.preadv(fd, [view[done:]], offset + done)):
+        done += got
+    return done

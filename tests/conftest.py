@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -63,6 +64,49 @@ def audit_by_epoch(run_dir: Path) -> dict[int, list[dict]]:
     for row in read_jsonl(run_dir / "audit.jsonl"):
         by_epoch.setdefault(row["epoch"], []).append(row)
     return {epoch: sorted(rows, key=lambda r: r["rank"]) for epoch, rows in by_epoch.items()}
+
+
+def dead_pack_bytes(store_root: Path, block: int = 4096) -> int:
+    """Bytes a store's packs keep allocated that hold no sample the store holds (nor a trailer):
+    what punching out the samples that left should have freed. A pack no manifest names counts whole."""
+    manifest = json.loads((store_root / "manifest.json").read_text())
+    keep: dict[str, list[tuple[int, int]]] = {}
+    for _, _, nbytes, _, _, *packed in manifest["samples"].values():
+        if packed:
+            keep.setdefault(packed[0], []).append((packed[1], packed[1] + nbytes))
+    dead = 0
+    for pack in (store_root / "packs").glob("*.pack"):
+        size = pack.stat().st_size
+        with open(pack, "rb") as source:
+            source.seek(size - 16)
+            trailer_bytes = int.from_bytes(source.read(8), "little")
+            kept = merge([(start // block * block, -(-end // block) * block)
+                          for start, end in [*keep.get(pack.stem, []), (size - 16 - trailer_bytes, size)]])
+            extents, offset = [], 0
+            while offset < size:
+                try:
+                    start = os.lseek(source.fileno(), offset, os.SEEK_DATA)
+                except OSError:  # ENXIO: only a hole from here
+                    break
+                offset = os.lseek(source.fileno(), start, os.SEEK_HOLE)
+                extents.append((start, offset))
+        if pack.stem not in keep:
+            dead += sum(end - start for start, end in extents)
+            continue
+        for start, end in extents:
+            dead += end - start - sum(max(0, min(end, k_end) - max(start, k_start)) for k_start, k_end in kept)
+    return dead
+
+
+def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Sorted, overlapping or touching intervals joined."""
+    merged: list[tuple[int, int]] = []
+    for start, end in sorted(intervals):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return merged
 
 
 @pytest.fixture(scope="session")

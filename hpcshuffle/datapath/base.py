@@ -12,7 +12,7 @@ import numpy as np
 from hpcshuffle.config import RunConfig
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import Codec
-from hpcshuffle.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.loader import EpochOrder, Locator, Samples, make_loader
 from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan, PlanSpec
 from hpcshuffle.stage import stage_stores
@@ -78,6 +78,8 @@ class DataPath:
     def start_epoch(self, plan: EpochPlan, first_step: int, row: RankEpoch) -> None:
         """Get ready to train on `plan` from step `first_step` (a resumed epoch starts later)."""
         self.plan = plan
+        if self.store_roots:
+            self.order.locate = Locator(self.store_roots)  # what the stores committed for this epoch
         self.set_order(plan, first_step)
 
     def set_order(self, plan: EpochPlan, first_step: int) -> None:

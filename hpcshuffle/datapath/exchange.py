@@ -34,6 +34,8 @@ class ExchangePath(StorePath):
                 self.scheduler.synchronize()  # every receiver has made its samples durable
                 row.samples["store_peak"] = len(self.store)
                 self.scheduler.clean_local_storage()  # only now delete what was sent; commit
+                if len(self.store_roots) > 1:
+                    self.world.comm.Barrier()  # the node's stores are committed before any rank reads them
         row.samples["sent"] = self.scheduler.traffic.sent
         row.samples["received"] = self.scheduler.traffic.received
 

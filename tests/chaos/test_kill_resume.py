@@ -25,8 +25,9 @@ from hpcshuffle.chaos import ENV
 from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.store import Store
 from tests.conftest import (
-    BATCH, EPOCHS, REPO, SMALL_SAMPLES, SMALL_SHARD, audit_by_epoch, mpi_env, run_mpi, train_args,
+    BATCH, EPOCHS, REPO, SMALL_SAMPLES, SMALL_SHARD, audit_by_epoch, dead_pack_bytes, mpi_env, run_mpi, train_args,
 )
 
 pytestmark = pytest.mark.chaos
@@ -66,12 +67,13 @@ def reference(trained) -> dict:
     return uninterrupted(trained)
 
 
-def files_on_disk(store_root) -> list[set[int]]:
-    """Per rank, every sample file present: committed or received after the last commit."""
-    return [
-        {int(path.name[:9]) for path in (rank_dir / "samples").iterdir() if path.name[:9].isdigit()}
-        for rank_dir in sorted(store_root.iterdir())
-    ]
+def held_in_stores(store_root) -> list[set[int]]:
+    """Per rank, every sample its store can give a restart: committed, or received after the last commit."""
+    held = []
+    for rank_dir in sorted(store_root.iterdir()):
+        with Store(rank_dir) as store:
+            held.append(store.ids() | set(store.orphans))
+    return held
 
 
 def assert_continues_like_reference(run_dir, reference: dict) -> None:
@@ -92,7 +94,9 @@ def assert_stores_hold_the_final_partition(store_root, plans=PLANS) -> None:
         manifest = json.loads((rank_dir / "manifest.json").read_text())
         assert manifest["epoch"] == EPOCHS
         assert sorted(int(i) for i in manifest["samples"]) == final[rank].tolist()
-    assert files_on_disk(store_root) == [set(ids.tolist()) for ids in final], "files outside the manifests"
+    for rank_dir in sorted(store_root.iterdir()):  # before opening them: an open frees what a crash left
+        assert dead_pack_bytes(rank_dir) == 0, f"{rank_dir}: packs keep bytes of samples that left"
+    assert held_in_stores(store_root) == [set(ids.tolist()) for ids in final], "samples outside the manifests"
 
 
 @pytest.mark.parametrize(("rank", "point"), KILLS, ids=[f"rank{r}-{p}" for r, p in KILLS])
@@ -125,7 +129,7 @@ def kill_and_restart(args: list[str], tmp_path, reference: dict, plans, rank: in
     assert killed.returncode != 0, "the chaos kill did not happen"
     assert "Killed" in killed.stdout + killed.stderr or killed.returncode in (9, 137, -9)
 
-    held = files_on_disk(tmp_path / "store")
+    held = held_in_stores(tmp_path / "store")
     missing = set(range(SMALL_SAMPLES)).difference(*held)
     assert not missing, f"samples in no store after the kill: {sorted(missing)[:10]}"
 

@@ -70,7 +70,8 @@ def test_a_sample_changed_in_the_senders_store_is_named_and_not_written(store):
 def test_a_truncated_store_file_is_named_by_the_sender(store):
     store.path(4).write_bytes(b"short")
     assert_repair_fails(store, moves(4), StoreError, (
-        rf"store file {store.path(4)} is not the {BIG_SAMPLE_BYTES // 256 * 256} bytes its manifest records: "
+        rf"store file {store.path(4)} does not hold the {BIG_SAMPLE_BYTES // 256 * 256} bytes its manifest records "
+        rf"for sample 4: "
         rf"it was changed outside hpcshuffle; delete {store.root} and run again to restage it"
     ))
 
@@ -79,10 +80,10 @@ def test_a_full_node_local_disk_is_named(store, monkeypatch):
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(store, "add_checked", full)
+    monkeypatch.setattr(store, "add_pack", full)
     assert_repair_fails(store, moves(3), ExchangeError, (
         rf"rank 0: node-local storage {store.root} is full \(No space left on device\) while receiving "
-        r"sample 3 .* in the start-up repair; free space there.*lower shuffle.q"
+        r"1 sample\(s\) \(\d+ bytes\) from rank 0 in the start-up repair; free space there.*lower shuffle.q"
     ))
 
 
@@ -101,7 +102,7 @@ def test_a_failure_on_the_exchange_thread_is_raised_by_the_training_threads_next
         scheduler.scheduling(SimpleNamespace(epoch=0, exchange=moves(4)))
         scheduler.communicate(0)  # returns at once: the exchange thread fails on its own
         deadline = time.monotonic() + 10
-        with pytest.raises(StoreError, match=rf"store file {store.path(4)} is not the"):
+        with pytest.raises(StoreError, match=rf"store file {store.path(4)} does not hold the"):
             while time.monotonic() < deadline:
                 scheduler.communicate(1)
                 time.sleep(0.01)
