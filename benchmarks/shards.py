@@ -10,9 +10,11 @@ goes to the file system):
   shuffling reads shared storage);
 - `shards, pread`: the same images packed into WebDataset tar shards (`hpcshuffle pack`,
   shuffled), each sample read on its own: open its shard, one positioned read, close (how
-  staging and the loader read `dataset=webdataset` today, sample by sample);
-- `shards, sequential`: every shard read whole in one pass, in a random shard order (how a
-  shard-granular reader or stager reads them).
+  staging reads a sample whose shard a store does not take whole, and how global shuffling's
+  loader reads `dataset=webdataset`);
+- `shards, sequential`: every shard read whole in one read, in a random shard order
+  (`ShardedCatalog.read_shard`: how staging reads a shard a store takes whole, before keeping
+  it as one pack).
 
 The images are `shared_io.py`'s synthetic ImageFolder (written on first use under
 `<mount>/bench/`, ~107 KB JPEGs at the default `--size 352`), packed next to it
@@ -42,7 +44,6 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
-from pathlib import Path
 
 import numpy as np
 from shared_io import Source, make_cold, read_pass, shared_dataset, spread  # benchmarks/shared_io.py
@@ -52,7 +53,6 @@ from hpcshuffle.formats import webdataset
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.shared_io import START_HINT, direct_io, mount_of, shared_mount
-from hpcshuffle.store import read_chunks
 
 
 def shard_dataset(images: Catalog, shard_samples: int, seed: int) -> webdataset.WebDatasetCatalog:
@@ -61,11 +61,6 @@ def shard_dataset(images: Catalog, shard_samples: int, seed: int) -> webdataset.
     if not (root / "train" / webdataset.INDEX).exists():  # the index is written last
         webdataset.pack(images.root, root, shard_samples=shard_samples, seed=seed, progress=sys.stderr.isatty())
     return replace(webdataset.scan(root, "train"), uncached=True, mount=images.mount)
-
-
-def read_shard(path: Path) -> bytes:
-    """A whole shard, in the pieces `read_chunks` reads, its pages dropped after."""
-    return b"".join(read_chunks(path, uncached=True))
 
 
 def quality(spec: PlanSpec, epochs: int) -> tuple[float, float, float]:
@@ -132,7 +127,7 @@ def main() -> None:
     sources = [
         Source("files", files.read_bytes, [files.path(i) for i in range(len(files))]),
         Source("shards, pread", shards.read_bytes, shard_paths),
-        Source("shards, sequential", lambda shard: read_shard(shard_paths[shard]), shard_paths),
+        Source("shards, sequential", shards.read_shard, shard_paths),
     ]
     units = {"files": args.samples, "shards, pread": args.samples, "shards, sequential": len(shard_paths)}
     rates = {source.name: [[] for _ in range(args.passes)] for source in sources}  # samples/s per repeat

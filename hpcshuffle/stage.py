@@ -26,7 +26,7 @@ from tqdm import tqdm
 
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.exchange import Scheduler
-from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile
+from hpcshuffle.formats.catalog import Catalog, DatasetError, ShardedCatalog, SourceFile
 from hpcshuffle.plan import Exchange
 from hpcshuffle.shared_io import check_still_there
 from hpcshuffle.store import Store, StoreError
@@ -245,10 +245,35 @@ def execute(
     threads: int = 8,
     on_bytes: Callable[[int], None] | None = None,
 ) -> StageReport:
-    """Remove what the target does not list, then copy the rest in parallel; one flush at the end."""
+    """Remove what the target does not list, then copy the rest in parallel; one flush at the end.
+
+    Of a sharded dataset, a shard whose every sample is to be copied is read in one go and kept
+    as one pack; the other samples are copied one by one.
+    """
     started = time.perf_counter()
     for sample_id in work.to_remove:
         store.remove(sample_id)
+    shards = whole_shards(catalog, work.to_copy)
+    singles = sorted(set(work.to_copy).difference(*(catalog.shard_samples(shard) for shard in shards)))
+
+    def copy_shard(shard: int) -> int:
+        ids = catalog.shard_samples(shard)
+        metas = [replace(catalog.meta(i), nbytes=work.sources[i].nbytes, source_mtime_ns=work.sources[i].mtime_ns)
+                 for i in ids]
+        try:
+            data = catalog.read_shard(shard)
+        except OSError as err:
+            check_still_there(catalog, err)
+            raise
+        if len(data) != sum(meta.nbytes for meta in metas):
+            raise DatasetError(
+                f"{catalog.path(ids[0])} changed while being staged ({sum(meta.nbytes for meta in metas)} -> "
+                f"{len(data)} bytes of samples); stage again once the dataset is stable"
+            )
+        store.add_pack(metas, data, checked=False)
+        if on_bytes:
+            on_bytes(len(data))
+        return len(data)
 
     def copy(sample_id: int) -> int:
         source = work.sources[sample_id]
@@ -273,7 +298,7 @@ def execute(
         return stored.nbytes
 
     with ThreadPoolExecutor(threads, thread_name_prefix="stage") as pool:
-        copied_bytes = sum(pool.map(copy, work.to_copy))
+        copied_bytes = sum(pool.map(copy_shard, shards)) + sum(pool.map(copy, singles))
     store.sync()
     return StageReport(
         copied=len(work.to_copy),
@@ -285,6 +310,16 @@ def execute(
         seconds=time.perf_counter() - started,
         from_peers=work.from_peers,
     )
+
+
+def whole_shards(catalog: Catalog, sample_ids: list[int]) -> list[int]:
+    """The shards of a sharded catalog all of whose samples are among `sample_ids` (none of
+    another catalog)."""
+    if not isinstance(catalog, ShardedCatalog) or not sample_ids:
+        return []
+    wanted = set(sample_ids)
+    shards = sorted({catalog.sample_shard[i] for i in wanted})
+    return [shard for shard in shards if wanted.issuperset(catalog.shard_samples(shard))]
 
 
 def byte_progress(total_bytes: int, enabled: bool, desc: str = "stage") -> tqdm:

@@ -103,9 +103,9 @@ class Catalog:
 class ShardedCatalog(Catalog):
     """A split whose samples are records inside shard files (tar shards, packed HDF5 files).
 
-    Each sample is still staged and exchanged as its own record; the shard index kept here
-    (which samples a shard holds, from `sample_shard`) is what moving whole shards will need.
-    Subclasses say where a sample lies in its shard and how many bytes it is.
+    A shard that a store takes whole is read at once (`read_shard`) and kept as one pack
+    (store.py); a sample on its own is read as a record (`read_chunks`). Subclasses say where a
+    sample lies in its shard and how many bytes it is.
 
     Attributes:
         shards: the shard files, relative to `root`, in listing order.
@@ -141,6 +141,11 @@ class ShardedCatalog(Catalog):
     def sample_nbytes(self, sample_id: int) -> int:
         """The size of the sample's bytes as `read_chunks` gives them."""
         raise NotImplementedError
+
+    def read_shard(self, shard: int) -> bytes:
+        """The bytes of every sample of `shard`, in id order, back to back (as `read_chunks`
+        gives each); subclasses read the shard in one go."""
+        return b"".join(chunk for sample_id in self.shard_samples(shard) for chunk in self.read_chunks(sample_id))
 
     def stat(self, sample_id: int) -> SourceFile:
         return SourceFile(self.sample_nbytes(sample_id), os.stat(self.path(sample_id)).st_mtime_ns)

@@ -55,6 +55,14 @@ class PackedH5Catalog(ShardedCatalog):
             fields, labels = packed[DATA][row], packed[LABELS][row]
         return iter((deepcam.sample_bytes(fields, labels),))
 
+    def read_shard(self, shard: int) -> bytes:
+        """The file's rows (a file's samples are its rows 0..n-1) read as two slices, fields and
+        labels; each row's bytes as `read_chunks` gives them."""
+        ids = self.shard_samples(shard)
+        with self.open_shard(ids[0]) as source, h5py.File(source, "r") as packed:
+            fields, labels = packed[DATA][: len(ids)], packed[LABELS][: len(ids)]
+        return b"".join(deepcam.sample_bytes(f, lab) for f, lab in zip(fields, labels, strict=True))
+
 
 @cache
 def sample_nbytes(shape: tuple[int, int], data_dtype: str, labels_dtype: str) -> int:

@@ -84,6 +84,19 @@ class WebDatasetCatalog(ShardedCatalog):
                                f"({self.relpaths[sample_id]}); the shard was truncated: {FIX}")
         return iter((data,))
 
+    def read_shard(self, shard: int) -> bytes:
+        """One read from the first image to the end of the last (their tar headers and padding
+        with them), then the images joined."""
+        ids = self.shard_samples(shard)
+        start, end = self.offsets[ids[0]], self.offsets[ids[-1]] + self.sizes[ids[-1]]
+        with self.open_shard(ids[0], start, end - start) as source:
+            data = os.pread(source.fileno(), end - start, start)
+        if len(data) != end - start:
+            raise DatasetError(f"{self.path(ids[0])} ends {end - start - len(data)} bytes before its last image: "
+                               f"the shard was truncated: {FIX}")
+        view = memoryview(data)
+        return b"".join(view[self.offsets[i] - start : self.offsets[i] - start + self.sizes[i]] for i in ids)
+
 
 def padded(nbytes: int) -> int:
     """A member's data as a tar stores it, padded to whole blocks."""

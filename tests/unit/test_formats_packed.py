@@ -360,17 +360,20 @@ def test_synth_webdataset_is_deterministic(shards, tmp_path):
 
 
 @pytest.mark.parametrize("name", ["webdataset", "packed_h5"])
-def test_packed_samples_stage_into_stores_as_files(shards, packed, tmp_path, capsys, name):
+def test_packed_samples_stage_into_stores_whole_shards_as_packs(shards, packed, tmp_path, capsys, name):
     root = {"webdataset": shards, "packed_h5": packed}[name]
     main(["stage", "--format", name, "--src", str(root), "--dst", str(tmp_path / "local"), "--shuffle", "local",
           "--workers", "2", "--threads", "2"])
     catalog = {"webdataset": webdataset, "packed_h5": packed_h5}[name].scan(root, "train")
     assert f"copied {len(catalog)} samples" in capsys.readouterr().out
     suffix = {"webdataset": ".jpg", "packed_h5": ".h5"}[name]
+    first, second = catalog.shard_samples(0), catalog.shard_samples(1)
+    target = [*first, *second[::2]]  # shard 0 whole, every other sample of shard 1
     with Store(tmp_path / "store") as store:
-        target = list(range(0, len(catalog), 2))
         execute(store, assess(store, target, catalog, threads=2), catalog, threads=2)
-        assert sorted(p.name for p in store.samples_dir.iterdir()) == [f"{i:09d}{suffix}" for i in target]
+        assert len(list(store.packs_dir.iterdir())) == 1  # shard 0, read and kept in one piece
+        assert {store.location(i).path for i in first} == {str(next(store.packs_dir.iterdir()))}
+        assert sorted(p.name for p in store.samples_dir.iterdir()) == [f"{i:09d}{suffix}" for i in second[::2]]
         assert all(store.read_bytes(i) == catalog.read_bytes(i) and store.intact(i) for i in target)
         store.commit(0, "plan")
     with Store(tmp_path / "store") as store:  # unchanged shards: nothing to copy again
