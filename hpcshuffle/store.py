@@ -29,6 +29,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import itertools
 import json
 import os
 import struct
@@ -408,7 +409,7 @@ class Store:
             if meta.sample_id in self._meta:
                 release(self.detach(meta.sample_id))
         view = memoryview(payload).cast("B")
-        offsets = np.concatenate([[0], np.cumsum([meta.nbytes for meta in metas])]).tolist()
+        offsets = list(itertools.accumulate((meta.nbytes for meta in metas), initial=0))
         if offsets[-1] != len(view):
             raise ValueError(f"{len(view)} payload bytes for samples of {offsets[-1]}")
         if not checked:

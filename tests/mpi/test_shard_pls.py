@@ -4,6 +4,7 @@ trained batch by batch, and the bad settings named."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -11,7 +12,7 @@ import pytest
 
 from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from tests.conftest import audit_by_epoch, run_mpi
+from tests.conftest import audit_by_epoch, dead_pack_bytes, run_mpi
 
 pytestmark = pytest.mark.mpi
 
@@ -56,6 +57,21 @@ def test_shard_pls_moves_whole_shards_and_trains_the_buffers_order(tmp_path):
         moved = len(plans[epoch].exchange.sample_id)
         assert record["samples"]["sent"] == record["samples"]["received"] == moved
         assert moved % SHARD == 0
+    assert_stores_keep_whole_shards_in_packs(tmp_path / "store", plans[-1].next_held())
+
+
+def assert_stores_keep_whole_shards_in_packs(store_root: Path, final: list[np.ndarray]) -> None:
+    """Staged shards and moved ones are packs (no file per sample), and a store's packs take the
+    bytes of the samples it holds: nothing of a shard that left, a trailer and a block's rounding each."""
+    for rank_dir, held in zip(sorted(store_root.iterdir()), final, strict=True):
+        manifest = json.loads((rank_dir / "manifest.json").read_text())
+        assert sorted(int(i) for i in manifest["samples"]) == held.tolist()
+        assert not list((rank_dir / "samples").iterdir()), f"{rank_dir}: samples stored one file each"
+        assert dead_pack_bytes(rank_dir) == 0
+        packs = list((rank_dir / "packs").glob("*.pack"))
+        sample_bytes = sum(row[2] for row in manifest["samples"].values())
+        allocated = sum(pack.stat().st_blocks * 512 for pack in packs)
+        assert allocated <= sample_bytes + len(packs) * 3 * 4096, (rank_dir, allocated, sample_bytes, len(packs))
 
 
 def test_shards_of_a_dataset_without_shards_are_named(tmp_path, small_dataset):
