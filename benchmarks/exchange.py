@@ -10,8 +10,9 @@ three). Prints samples/s and GB/s of both, their ratio, and the CPU per moved sa
 training thread and of the whole process (the exchange's own threads included). Last line:
 `exchange/Alltoallv ratio (100 KB, q 0.3, tmpfs): X`.
 
-Also measured, in the same run: what this machine's kernel charges to keep one file per
-sample (create and write, read, unlink), the floor under any store of that layout.
+Also measured, in the same run: what this machine's kernel charges to create and write, read and
+unlink one 100 KB file on tmpfs, one after another: most of it is the bytes (a write allocates
+and fills pages), which a moved sample pays once written and once read whatever the store's layout.
 
     python benchmarks/exchange.py [--ranks 4] [--repeats 3] [--quick]
 """
@@ -167,7 +168,7 @@ def report(rows: list[dict], floor: dict[str, float]) -> None:
         if (kind, size, q) == HEADLINE:
             headline = statistics.median(ratios)
     print("thread µs / process µs: CPU per moved sample of the training thread / of the whole process")
-    print(f"one file per sample here ({SIZES[102400]}, tmpfs, one thread): "
+    print(f"one {SIZES[102400]} file on tmpfs here (one thread): "
           + ", ".join(f"{name} {us:.0f} µs" for name, us in floor.items()))
     print("exchange/Alltoallv ratio (100 KB, q 0.3, tmpfs): "
           + (f"{headline:.3f}" if headline is not None else "not measured (add --sizes 102400 --qs 0.3 --stores tmpfs)"))
