@@ -46,7 +46,7 @@ import sys
 from dataclasses import replace
 
 import numpy as np
-from shared_io import Source, make_cold, read_pass, shared_dataset, spread  # benchmarks/shared_io.py
+from shared_io import Source, make_cold, pass_table, read_pass, shared_dataset, steady  # benchmarks/shared_io.py
 
 from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.formats import webdataset
@@ -148,23 +148,14 @@ def main() -> None:
           f"each), {args.threads} thread(s), new random order each pass, median and range of {args.repeats} repeats")
     direct = "; the mount uses direct I/O (its client caches nothing)" if direct_io(mount_of(files.root).point) else ""
     print(f"shared: {files.root.parent} on {mount_of(files.root).fs_type} ({found}){direct}")
-    print(f"{'source':<19} {'pass':>4} {'samples/s':>9} {'range':>13} {'MB/s':>7}")
-    for name in rates:
-        for epoch in range(args.passes):
-            print(f"{name:<19} {epoch + 1:>4} {np.median(rates[name][epoch]):>9.0f} "
-                  f"{spread(rates[name][epoch]):>13} {np.median(mbps[name][epoch]):>7.1f}")
-
-    def steady(name: str) -> list[float]:  # per repeat: mean samples/s over passes 2..k
-        return [float(np.mean([rates[name][epoch][r] for epoch in range(1, args.passes)]))
-                for r in range(args.repeats)]
-
+    pass_table(rates, mbps)
     print("\n".join(quality_table(args, image_bytes / args.samples)))
-    files_rate = steady("files")
+    files_rate = steady(rates["files"])
     for name in ("shards, pread", "shards, sequential"):
-        by_repeat = [rate / base for rate, base in zip(steady(name), files_rate)]
+        by_repeat = [rate / base for rate, base in zip(steady(rates[name]), files_rate)]
         print(f"{name} / files samples/s, passes 2..{args.passes} by repeat: "
               + ", ".join(f"{ratio:.2f}" for ratio in by_repeat))
-    by_repeat = [rate / base for rate, base in zip(steady("shards, sequential"), files_rate)]
+    by_repeat = [rate / base for rate, base in zip(steady(rates["shards, sequential"]), files_rate)]
     print(f"shards/files read ratio: {np.median(by_repeat):.2f}")
 
 

@@ -125,6 +125,21 @@ class Source:
     paths: list[Path]
 
 
+def pass_table(rates: dict[str, list[list[float]]], mbps: dict[str, list[list[float]]]) -> None:
+    """Per source and pass (samples/s and MB/s of each repeat): the median samples/s, their range, the median MB/s."""
+    width = max(map(len, rates)) + 1
+    print(f"{'source':<{width}} {'pass':>4} {'samples/s':>9} {'range':>13} {'MB/s':>7}")
+    for name, passes in rates.items():
+        for epoch, repeats in enumerate(passes):
+            print(f"{name:<{width}} {epoch + 1:>4} {np.median(repeats):>9.0f} {spread(repeats):>13} "
+                  f"{np.median(mbps[name][epoch]):>7.1f}")
+
+
+def steady(passes: list[list[float]]) -> list[float]:
+    """Per repeat, the mean samples/s over passes 2..k (pass 1 is cold)."""
+    return [float(np.mean([rates[repeat] for rates in passes[1:]])) for repeat in range(len(passes[0]))]
+
+
 def read_pass(read: Callable[[int], bytes], sample_ids: np.ndarray, threads: int) -> tuple[float, int]:
     """(seconds, bytes) to read `sample_ids` once, on `threads` threads."""
     start = time.perf_counter()
@@ -208,17 +223,8 @@ def main() -> None:
     else:
         print("pass 1 cold: not root (or /proc/sys not writable), so each file's pages were dropped "
               "(posix_fadvise DONTNEED) instead of drop_caches: the servers' caches stayed warm")
-    print(f"{'source':<18} {'pass':>4} {'samples/s':>9} {'range':>13} {'MB/s':>7}")
-    for name in rates:
-        for epoch in range(args.passes):
-            print(f"{name:<18} {epoch + 1:>4} {np.median(rates[name][epoch]):>9.0f} "
-                  f"{spread(rates[name][epoch]):>13} {np.median(mbps[name][epoch]):>7.1f}")
-
-    def steady(name: str) -> list[float]:  # per repeat: mean samples/s over passes 2..k
-        return [float(np.mean([rates[name][epoch][r] for epoch in range(1, args.passes)]))
-                for r in range(args.repeats)]
-
-    local, shared = steady("local store"), steady("shared, guarded")
+    pass_table(rates, mbps)
+    local, shared = steady(rates["local store"]), steady(rates["shared, guarded"])
     by_repeat = [lo / sh for lo, sh in zip(local, shared)]
     cold = [lo / sh for lo, sh in zip(rates["local store"][0], rates["shared, guarded"][0])]
     print(f"local/guarded-shared samples/s, pass 1 (cold): {np.median(cold):.2f} (range {min(cold):.2f}-{max(cold):.2f}); "
