@@ -226,7 +226,8 @@ class Pack:
 
 def pack_trailer(metas: list[SampleMeta], offsets: list[int]) -> bytes:
     """What ends a pack: its samples (id, manifest row, offset), then its length and PACK_MAGIC."""
-    trailer = json.dumps([[meta.sample_id, *meta.row(), offset] for meta, offset in zip(metas, offsets, strict=True)]).encode()
+    rows = [[meta.sample_id, *meta.row(), offset] for meta, offset in zip(metas, offsets, strict=True)]
+    trailer = json.dumps(rows).encode()
     return trailer + PACK_FOOTER.pack(len(trailer), PACK_MAGIC)
 
 
@@ -248,7 +249,9 @@ def read_pack_trailer(path: str) -> tuple[list[SampleMeta], list[int], int]:
                  for i, relpath, label, nbytes, checksum, mtime_ns, _ in rows]
         offsets = [int(row[6]) for row in rows]
     except (ValueError, TypeError, KeyError) as err:
-        raise StoreError(f"pack {path} is damaged ({err}); delete it, and the next start restages what it held") from None
+        raise StoreError(
+            f"pack {path} is damaged ({err}); delete it, and the next start restages what it held"
+        ) from None
     return metas, offsets, payload_bytes
 
 
@@ -396,7 +399,9 @@ class Store:
         self._meta[meta.sample_id] = meta
         return meta
 
-    def add_pack(self, metas: list[SampleMeta], payload: memoryview | np.ndarray | bytes, *, checked: bool) -> list[SampleMeta]:
+    def add_pack(
+        self, metas: list[SampleMeta], payload: memoryview | np.ndarray | bytes, *, checked: bool
+    ) -> list[SampleMeta]:
         """Store samples whose bytes lie back to back in `payload` (sizes from `metas`) as one pack
         file: one create and one write for all of them; durable only after `sync`.
 
@@ -583,7 +588,8 @@ class Store:
             for meta, offset in zip(metas, offsets, strict=True):
                 if meta.sample_id not in self._meta:
                     self.orphans[meta.sample_id] = (name, offset, meta.nbytes)
-        for sample_id in [i for i in self._meta if i not in on_disk and self._where.get(i, ("",))[0] not in self._packs]:
+        gone = [i for i in self._meta if i not in on_disk and self._where.get(i, ("",))[0] not in self._packs]
+        for sample_id in gone:
             del self._meta[sample_id]
             self._where.pop(sample_id, None)
         self.orphans.update({i: path for i, path in on_disk.items() if i not in self._meta})

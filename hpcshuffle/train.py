@@ -84,6 +84,8 @@ class Trainer:
         except (ValueError, DatasetError) as err:
             raise ConfigError(str(err), collective=True) from err
         self.scope = "node" if ranks_per_node > 1 else "rank"
+        sharded = self.spec.shard_samples > 1 and world.is_root
+        self.shard_note = shard_summary(self.spec, train_catalog) if sharded else ""
         identity = {
             "shuffle": config.shuffle.name, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
             "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size,
@@ -134,6 +136,8 @@ class Trainer:
         say(world, f"{config.shuffle.name} shuffling (q={config.shuffle.q}), {workers}, storage.scope={self.scope} "
                    f"(partitions: {nodes}), N={self.spec.num_samples}, "
                    f"b={config.batch_size}, {self.spec.iterations} iterations/epoch -> {self.run_dir}")
+        if self.shard_note:
+            say(world, self.shard_note)
         say(world, TABLE_HEADER)
         for epoch in range(self.start_epoch, config.epochs):
             plan = self.first_plan if epoch == self.start_epoch else next(self.plans)
@@ -274,6 +278,18 @@ def shard_samples(config: RunConfig, catalog: Catalog) -> int:
             "or set shuffle.unit=sample"
         )
     return catalog.uniform_shard_samples()
+
+
+def shard_summary(spec: PlanSpec, catalog: ShardedCatalog) -> str:
+    """What shuffle.unit=shard plans move and what the buffer's order stands for, in bytes."""
+    sample_bytes = sum(catalog.sample_nbytes(i) for i in range(len(catalog))) / len(catalog)
+    buffer = spec.shuffle_buffer
+    order = (f"shuffle.buffer={buffer} samples: the order a streaming reader holding "
+             f"{buffer * sample_bytes / 1e6:.1f} MB would give (the loader reads each sample from the "
+             "node-local store when its turn comes)"
+             if buffer else "shuffle.buffer=0: a full shuffle of what each node holds")
+    return (f"shuffle.unit=shard: whole shards of {spec.shard_samples} samples "
+            f"({spec.shard_samples * sample_bytes / 1e6:.1f} MB) are staged and moved as packs; {order}")
 
 
 def run(cfg: DictConfig, world: World, run_dir: Path) -> None:

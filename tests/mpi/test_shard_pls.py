@@ -34,6 +34,8 @@ def test_shard_pls_moves_whole_shards_and_trains_the_buffers_order(tmp_path):
     run_dir, result = train(tmp_path, RANKS, "shuffle=partial", f"shuffle.q={Q}", "shuffle.unit=shard",
                             f"shuffle.buffer={BUFFER}", f"epochs={EPOCHS}", "audit=true")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    assert f"shuffle.unit=shard: whole shards of {SHARD} samples (" in result.stdout
+    assert f"shuffle.buffer={BUFFER} samples: the order a streaming reader holding " in result.stdout
     spec = PlanSpec(SAMPLES, RANKS, BATCH, Q, 0, shard_samples=SHARD, shuffle_buffer=BUFFER)
     plans = list(plan_epochs(spec, "partial", EPOCHS))
     audit = audit_by_epoch(run_dir)
