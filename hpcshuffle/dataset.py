@@ -31,7 +31,9 @@ def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
 
     def listing() -> tuple[Catalog, Catalog]:
         if dataset.synthesize is not None:
-            ensure_synthetic(dataset.format, dataset.root, dict(dataset.synthesize), config.seed, config.progress)
+            spec = dict(dataset.synthesize)
+            data_seed = spec.pop("seed", config.seed)  # a study's seeds share one dataset
+            ensure_synthetic(dataset.format, dataset.root, spec, data_seed, config.progress)
         train_split, val_split = fmt.splits
         return fmt.scan(dataset.root, train_split), fmt.scan(dataset.root, val_split)
 

@@ -90,7 +90,9 @@ class DatasetConfig:
 
     Attributes:
         synthesize: when set, rank 0 writes a synthetic dataset of this spec (the keyword
-            arguments of the format's `synthesize`) at `root` on first use.
+            arguments of the format's `synthesize`) at `root` on first use; its `seed`, when
+            given, draws the images (default: the run's seed), so runs of several seeds can
+            train on one dataset.
         class_weights: per-class loss weights (DeepCAM: MLPerf-HPC's), None for uniform.
     """
 
