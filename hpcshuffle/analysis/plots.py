@@ -111,9 +111,11 @@ def plot_breakdown(means: dict[str, dict[str, float]], path: Path) -> None:
 
 
 def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path, xlabel: str = "epoch",
-                title: str | None = None, log_x: bool = False) -> None:
+                title: str | None = None, log_x: bool = False,
+                bands: dict[str, dict[int, tuple[float, float]]] | None = None) -> None:
     """One line per run (label → {x: value}) against x, the epoch by default (Fig. 5) or e.g. the
-    worker count with `log_x` (Fig. 6); runs without values are left out."""
+    worker count with `log_x` (Fig. 6); runs without values are left out. `bands` shades an
+    interval (label → {x: (low, high)}) around a line, e.g. a 95 % interval over seeds."""
     from matplotlib.ticker import MaxNLocator
 
     figure = new_figure(6.0, 4.0)
@@ -122,12 +124,35 @@ def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path, xl
     for label, curve in curves.items():
         if curve:
             points = sorted(curve)
-            axes.plot(points, [curve[x] for x in points], marker="o", label=label)
+            line, = axes.plot(points, [curve[x] for x in points], marker="o", label=label)
+            band = (bands or {}).get(label)
+            if band:
+                shaded = sorted(band)
+                axes.fill_between(shaded, [band[x][0] for x in shaded], [band[x][1] for x in shaded],
+                                  color=line.get_color(), alpha=0.2, linewidth=0)
     if log_x:
         axes.set_xscale("log", base=2)
         axes.set_xticks(xs, [str(x) for x in xs])
     elif all(isinstance(x, int) for x in xs):
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: no half epochs on the axis
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if title:
+        axes.set_title(title)
+    axes.legend(fontsize="small")
+    save(figure, path)
+
+
+def plot_scatter(groups: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, path: Path,
+                 title: str | None = None) -> None:
+    """One marker colour per group (label → [(x, y)]), with a zero line: e.g. each run's accuracy
+    gap to global shuffling against its shuffle quality."""
+    figure = new_figure(6.0, 4.0)
+    axes = figure.add_subplot()
+    for label, pairs in groups.items():
+        if pairs:
+            axes.scatter([x for x, _ in pairs], [y for _, y in pairs], label=label, alpha=0.7)
+    axes.axhline(0.0, color="grey", linewidth=0.8)
     axes.set_xlabel(xlabel)
     axes.set_ylabel(ylabel)
     if title:

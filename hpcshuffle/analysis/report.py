@@ -188,8 +188,8 @@ def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -
 # -- a results tree, one row per run ---------------------------------------------------------
 
 SUMMARY_COLUMNS = (
-    "run", "shuffle", "q", "workers", "batch_size", "model", "dataset", "seed",
-    "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score",
+    "run", "shuffle", "q", "workers", "partition", "batch_size", "model", "dataset", "seed",
+    "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score", "mixing",
     "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "util", "sent_per_epoch", "read_shared_per_epoch",
 )
 
@@ -219,6 +219,7 @@ def run_row(run_dir: Path, name: str) -> dict:
         "shuffle": last.get("shuffle", shuffle_config.get("name")),
         "q": last.get("q", shuffle_config.get("q")),
         "workers": last.get("workers"),
+        "partition": last.get("partition", (config.get("storage") or {}).get("partition")),
         "batch_size": last.get("batch_size", config.get("batch_size")),
         "model": (config.get("model") or {}).get("name"),
         "dataset": (config.get("dataset") or {}).get("format"),
@@ -229,6 +230,7 @@ def run_row(run_dir: Path, name: str) -> dict:
         "score_name": score_name,
         "final_score": final_score,
         "best_score": max(scores) if scores else None,
+        "mixing": mixing_quality(last),
     }
     means = steady_means(records, skip_first=True) if records else {}
     for phase in PHASES:

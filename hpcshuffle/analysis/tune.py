@@ -1,8 +1,9 @@
 """Tune q (Nguyen et al. §III-D): start with local shuffling, treat q as a hyper-parameter.
 
 Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recommend per worker
-count the smallest exchange fraction q whose final validation score is within a tolerance of global
-shuffling's (or, without a global run, of the best run's). Which strategies lie on the q axis, which
+count (and first partition) the smallest exchange fraction q whose final validation score is within
+a tolerance of global shuffling's (or, without a global run, of the best run's). Where every point
+has 2 or more seeds, also the smallest q whose 95 % interval overlaps global shuffling's. Which strategies lie on the q axis, which
 one is the reference and which the "vs LS" baseline, the strategy table says (`hpcshuffle.plan`).
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
+from hpcshuffle.analysis.study import interval95
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
 
 REFERENCES = ("auto", "global", "best")  # "global": the table's reference strategy, as the CLI spells it
@@ -31,6 +33,7 @@ class QRow:
     runs: int
     final_score: float  # mean over runs
     score_sd: float | None  # sample standard deviation over runs; None for a single run
+    ci95: tuple[float, float] | None  # the mean's 95 % Student-t interval; None for a single run
     epoch_s: float | None
     vs_local: float | None  # epoch_s / the baseline's (local shuffling's) epoch_s at the same worker count
     sent_per_epoch: float | None
@@ -44,6 +47,7 @@ class GroupResult:
     workers: int
     model: str | None
     dataset: str | None
+    partition: str
     score_name: str
     reference: str | None  # "global" or "best"; None when a global reference was asked for but is missing
     reference_label: str  # e.g. "global" or "best (partial q=0.3)"
@@ -53,6 +57,8 @@ class GroupResult:
     reason: str  # why no q qualifies ("" when one does)
     rows: list[QRow]
     notes: list[str] = field(default_factory=list)
+    overlap_q: float | None = None  # smallest candidate q whose interval overlaps the global one's
+    overlap_reason: str = ""  # why there is no overlap_q ("" when there is one)
 
 
 @dataclass
@@ -106,6 +112,7 @@ def q_rows(runs: list[dict]) -> list[QRow]:
         rows.append(QRow(
             shuffle=shuffle, q=q, workers=same[0]["workers"], runs=len(same), final_score=sum(scores) / len(scores),
             score_sd=statistics.stdev(scores) if len(scores) > 1 else None,
+            ci95=interval95(scores, f"{shuffle} q={q:g}")[1:] if len(scores) > 1 else None,
             epoch_s=_mean([run["epoch_s"] for run in same]), vs_local=None,
             sent_per_epoch=_mean([run["sent_per_epoch"] for run in same]),
         ))
@@ -137,7 +144,8 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
     rows = q_rows(runs)
     reference_name = with_role("reference").name
     group = GroupResult(
-        workers=first["workers"], model=first["model"], dataset=first["dataset"], score_name=first["score_name"],
+        workers=first["workers"], model=first["model"], dataset=first["dataset"],
+        partition=first.get("partition") or "random", score_name=first["score_name"],
         reference=None, reference_label=reference_name, reference_score=None, recommended_q=None,
         recommended_score=None, reason="", rows=rows,
     )
@@ -158,6 +166,7 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
         group.reference, group.reference_score = "best", best.final_score
         group.reference_label = f"best ({best.shuffle}" + (f" q={best.q:g})" if _user_q(best) else ")")
     candidates = [row for row in rows if row.shuffle in CANDIDATES]
+    overlap(group, reference_row, candidates)
     if not candidates:
         group.reason = (
             f"no {' or '.join(CANDIDATES)} runs with {group.workers} workers; sweep shuffle={','.join(CANDIDATES)}"
@@ -176,6 +185,23 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
     chosen.recommended = True
     group.recommended_q, group.recommended_score = chosen.q, chosen.final_score
     return group
+
+
+def overlap(group: GroupResult, reference_row: QRow | None, candidates: list[QRow]) -> None:
+    """Set the group's smallest candidate q whose 95 % interval overlaps the reference's, or why none."""
+    if reference_row is None or not candidates:
+        group.overlap_reason = "needs a global run and local or partial runs"
+        return
+    single = [row for row in [reference_row, *candidates] if row.ci95 is None]
+    if single:
+        group.overlap_reason = (f"needs 2 or more seeds per point; {_q_text(single[0])} has 1: sweep seed=0,1,2")
+        return
+    low, high = reference_row.ci95
+    chosen = next((row for row in candidates if row.ci95[1] >= low and row.ci95[0] <= high), None)
+    if chosen is None:
+        group.overlap_reason = f"no q's interval reaches global's [{low:.2f}, {high:.2f}]: sweep larger q"
+        return
+    group.overlap_q = chosen.q
 
 
 def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_incomplete: bool = False) -> TuneResult:
@@ -202,7 +228,8 @@ def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_
         if why:
             skipped.append((row["run"], why))
             continue
-        groups.setdefault((row["model"] or "", row["dataset"] or "", row["workers"]), []).append(row)
+        key = (row["model"] or "", row["dataset"] or "", row.get("partition") or "random", row["workers"])
+        groups.setdefault(key, []).append(row)
     return TuneResult(
         tolerance=tolerance,
         groups=[recommend(groups[key], tolerance, reference) for key in sorted(groups)],
@@ -224,33 +251,50 @@ def recommendation_line(group: GroupResult, tolerance: float) -> str:
     )
 
 
+def overlap_line(group: GroupResult) -> str:
+    """The interval rule's answer: printed where every point of the group has 2 or more seeds."""
+    if group.overlap_q is None:
+        return f"workers {group.workers}: no q's 95 % interval overlaps global's: {group.overlap_reason}"
+    chosen = next(row for row in group.rows if row.q == group.overlap_q and row.shuffle in CANDIDATES)
+    low, high = chosen.ci95
+    return (f"workers {group.workers}: smallest q whose 95 % interval overlaps global's: q={chosen.q:g} "
+            f"({chosen.final_score:.2f} [{low:.2f}, {high:.2f}])")
+
+
 def tune_table(result: TuneResult) -> str:
     """Per group the (shuffle, q) table with the recommended row marked, then one line per group."""
     if not result.groups:
         return "\n".join(["no runs to compare", *_skipped_lines(result.skipped)])
     names = sorted({SCORE_UNITS.get(g.score_name, g.score_name) for g in result.groups})
     lines = [
-        f"final: validation score at the last epoch ({' / '.join(names) or 'none'}), mean over seeds; sd: over seeds",
+        f"final: validation score at the last epoch ({' / '.join(names) or 'none'}), mean over seeds; sd: over "
+        "seeds; 95 %: the mean's Student-t interval",
         "epoch_s: slowest rank's seconds, mean over epochs after the first; vs LS: epoch_s / local's at the same M",
-        f"{'shuffle':>8} {'q':>5} {'M':>4} {'runs':>4} {'final':>7} {'sd':>5} {'epoch_s':>8} {'vs LS':>6} "
-        f"{'sent/epoch':>11}",
+        f"{'shuffle':>8} {'q':>5} {'M':>4} {'runs':>4} {'final':>7} {'sd':>5} {'95 %':>15} {'epoch_s':>8} "
+        f"{'vs LS':>6} {'sent/epoch':>11}",
     ]
     several = len({(g.model, g.dataset) for g in result.groups}) > 1
+    partitions = len({g.partition for g in result.groups}) > 1
     section = None
     for group in result.groups:
-        if several and (group.model, group.dataset) != section:
-            section = (group.model, group.dataset)
-            lines.append(f"-- model {group.model}, dataset {group.dataset}")
+        if (several or partitions) and (group.model, group.dataset, group.partition) != section:
+            section = (group.model, group.dataset, group.partition)
+            lines.append(f"-- model {group.model}, dataset {group.dataset}, partition {group.partition}")
         for row in group.rows:
+            ci = "-" if row.ci95 is None else f"[{row.ci95[0]:.2f}, {row.ci95[1]:.2f}]"
             lines.append(
                 f"{row.shuffle:>8} {row.q:>5.2f} {row.workers:>4} {row.runs:>4} {row.final_score:>7.2f} "
-                f"{_number(row.score_sd, '.2f'):>5} {_number(row.epoch_s, '.2f'):>8} {_number(row.vs_local, '.2f'):>6} "
-                f"{_number(row.sent_per_epoch, '.0f'):>11}" + ("  <- recommended" if row.recommended else "")
+                f"{_number(row.score_sd, '.2f'):>5} {ci:>15} {_number(row.epoch_s, '.2f'):>8} "
+                f"{_number(row.vs_local, '.2f'):>6} {_number(row.sent_per_epoch, '.0f'):>11}"
+                + ("  <- recommended" if row.recommended else "")
             )
     lines.append("")
     for group in result.groups:
-        prefix = f"{group.model}/{group.dataset} " if several else ""
+        prefix = (f"{group.model}/{group.dataset} " if several else "") + (
+            f"partition {group.partition}, " if partitions else "")
         lines.append(prefix + recommendation_line(group, result.tolerance))
+        if all(row.ci95 is not None for row in group.rows):
+            lines.append(prefix + overlap_line(group))
         lines.extend(f"  note: {note}" for note in group.notes)
     return "\n".join(lines + _skipped_lines(result.skipped))
 

@@ -26,7 +26,7 @@ EPOCH_S = {"global": 20.0, "local": 10.0, "partial": 12.0}  # slowest rank, afte
 def write_run(
     root: Path, name: str, *, shuffle: str, q: float, workers: int, final: float, epochs: int = 3,
     done: int | None = None, seed: int = 0, segmentation: bool = False, epoch_s: float | None = None,
-    config: dict | None = None,
+    config: dict | None = None, partition: str | None = None, mixing: float | None = None,
 ) -> Path:
     """A run directory as training leaves it: config.yaml and `done` (default: all) epochs of metrics."""
     run_dir = root / name
@@ -55,6 +55,10 @@ def write_run(
             "samples": {"read_local": 4000, "read_shared": 4000 if shuffle == "global" else 0, "sent": sent,
                         "received": sent, "store_peak": 2000, "skipped": 0, "store_peak_rank_max": 1000},
         }
+        if partition is not None:
+            record["partition"] = partition
+        if mixing is not None:
+            record["mixing"] = {"quality": mixing}
         lines.append(json.dumps(record) + "\n")
     (run_dir / "metrics.jsonl").write_text("".join(lines))
     return run_dir
@@ -99,9 +103,9 @@ def test_collect_row(tmp_path):
     row = rows[0]
     assert set(row) == set(SUMMARY_COLUMNS)
     assert row == pytest.approx({
-        "run": "3-partial-q0.3", "shuffle": "partial", "q": 0.3, "workers": 4, "batch_size": 32,
+        "run": "3-partial-q0.3", "shuffle": "partial", "q": 0.3, "workers": 4, "partition": None, "batch_size": 32,
         "model": "resnet50", "dataset": "imagefolder", "seed": 7, "epochs_done": 3, "epochs_planned": 3,
-        "complete": True, "score_name": "val_top1", "final_score": 79.5, "best_score": 79.5,
+        "complete": True, "score_name": "val_top1", "final_score": 79.5, "best_score": 79.5, "mixing": None,
         "epoch_s": 12.0, "io_s": 6.0, "exchange_s": 6.0, "fwbw_s": 6.0, "allreduce_s": 6.0,  # epoch 0 left out
         "util": 1.0, "sent_per_epoch": 300.0, "read_shared_per_epoch": 0.0,
     })
@@ -267,12 +271,13 @@ def test_bad_arguments():
 def test_table_marks_the_recommended_row(sweep):
     text = tune_table(tune_q(collect(find_runs(sweep)), 1.0))
     lines = text.splitlines()
-    assert lines[2].split() == ["shuffle", "q", "M", "runs", "final", "sd", "epoch_s", "vs", "LS", "sent/epoch"]
+    assert lines[2].split() == [
+        "shuffle", "q", "M", "runs", "final", "sd", "95", "%", "epoch_s", "vs", "LS", "sent/epoch"]
     assert lines[3:7] == [
-        "   local  0.00    2    1   70.00     -    10.00   1.00           0",
-        " partial  0.10    2    1   75.40     -    12.00   1.20         100  <- recommended",
-        " partial  0.30    2    1   75.90     -    12.00   1.20         300",
-        "  global  1.00    2    1   76.10     -    20.00   2.00           0",
+        "   local  0.00    2    1   70.00     -               -    10.00   1.00           0",
+        " partial  0.10    2    1   75.40     -               -    12.00   1.20         100  <- recommended",
+        " partial  0.30    2    1   75.90     -               -    12.00   1.20         300",
+        "  global  1.00    2    1   76.10     -               -    20.00   2.00           0",
     ]
     assert "workers 2: smallest q within 1.00 of global (76.10): q=0.1 (75.40)" in lines
     assert "workers 4: smallest q within 1.00 of global (80.00): q=0.3 (79.50)" in lines

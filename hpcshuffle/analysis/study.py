@@ -1,0 +1,223 @@
+"""The accuracy study: does a strategy lose accuracy beyond the noise, and does shuffle quality say how much?
+
+Input is the summary rows of a results tree (`hpcshuffle.analysis.report.collect`), one run per
+(partition, workers, strategy, q, seed). Per point the final top-1 is averaged over seeds with a
+95 % Student-t interval; a strategy's gap to global shuffling is taken seed by seed (runs of one
+seed share the model's initialisation and the plan's random draws, so the pairing removes that
+part of the noise) and gets its own interval. Every run's gap is set against its final `mixing`
+quality to see whether the metric predicts the loss.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+
+from hpcshuffle.plan import with_role
+
+# Student's t, 97.5 % quantile, for 1..30 degrees of freedom (two-sided 95 % interval)
+T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+Z975 = 1.959964
+
+
+def t975(df: int) -> float:
+    """The 97.5 % quantile of Student's t with `df` degrees of freedom (a table to 30, then the
+    Cornish-Fisher expansion around the normal, within 0.001 of the exact value there)."""
+    if df < 1:
+        raise ValueError(f"Student's t needs at least 1 degree of freedom, got {df}")
+    if df <= len(T975):
+        return T975[df - 1]
+    z = Z975
+    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+
+
+def interval95(values: list[float], what: str) -> tuple[float, float, float]:
+    """(mean, low, high): the mean of `values` (one per seed) and its 95 % Student-t interval."""
+    if len(values) < 2:
+        raise ValueError(
+            f"a 95 % interval of {what} needs at least 2 seeds, got {len(values)}: "
+            "run more seeds (e.g. seed=0,1,2, or --seeds 3 for experiments/accuracy_study.py)"
+        )
+    mean = statistics.fmean(values)
+    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+@dataclass
+class Point:
+    """One (partition, workers, strategy, q) over its seeds."""
+
+    partition: str
+    workers: int
+    strategy: str
+    q: float
+    seeds: list[int]
+    top1: list[float]  # final top-1 per seed, in `seeds` order
+    mixing: list[float | None]
+    top1_mean: float
+    ci95: tuple[float, float]
+
+    def row(self) -> dict:
+        return {"partition": self.partition, "workers": self.workers, "strategy": self.strategy, "q": self.q,
+                "top1_mean": round(self.top1_mean, 3), "ci95": [round(v, 3) for v in self.ci95],
+                "seeds": self.seeds, "top1": [round(v, 3) for v in self.top1],
+                "mixing_mean": _rounded_mean(self.mixing)}
+
+
+def _rounded_mean(values: list[float | None]) -> float | None:
+    known = [v for v in values if v is not None]
+    return round(statistics.fmean(known), 4) if known else None
+
+
+def points(rows: list[dict]) -> list[Point]:
+    """The study's points from complete runs' summary rows, sorted by (partition, workers, q, strategy)."""
+    from hpcshuffle.analysis.tune import run_q
+
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if not row["complete"] or row["final_score"] is None:
+            continue
+        key = (row.get("partition") or "random", row["workers"], row["shuffle"], round(run_q(row), 6))
+        cells.setdefault(key, []).append(row)
+    found = []
+    for (partition, workers, strategy, q), runs in sorted(cells.items(), key=lambda item: (*item[0][:2], item[0][3],
+                                                                                          item[0][2])):
+        seeds = [run["seed"] for run in runs]
+        if len(set(seeds)) != len(seeds):
+            raise ValueError(f"{partition} M={workers} {strategy} q={q:g} has two runs of one seed "
+                             f"({sorted(seeds)}): keep one run per seed in the results tree")
+        runs = sorted(runs, key=lambda run: run["seed"])
+        top1 = [run["final_score"] for run in runs]
+        mean, low, high = interval95(top1, f"{partition} M={workers} {strategy} q={q:g}")
+        found.append(Point(partition, workers, strategy, q, sorted(seeds), top1,
+                           [run.get("mixing") for run in runs], mean, (low, high)))
+    return found
+
+
+@dataclass
+class Gap:
+    """A strategy's final top-1 minus global shuffling's, seed by seed, at one (partition, workers)."""
+
+    point: Point
+    mean: float
+    ci95: tuple[float, float]
+
+    @property
+    def excludes_zero(self) -> bool:
+        return self.ci95[1] < 0 or self.ci95[0] > 0
+
+
+def gaps(found: list[Point]) -> list[Gap]:
+    """Every non-reference point's paired gap to the reference (global) point of its (partition, workers)."""
+    reference = with_role("reference").name
+    references = {(p.partition, p.workers): p for p in found if p.strategy == reference}
+    result = []
+    for point in found:
+        base = references.get((point.partition, point.workers))
+        if point.strategy == reference or base is None:
+            continue
+        by_seed = dict(zip(base.seeds, base.top1))
+        paired = [top1 - by_seed[seed] for seed, top1 in zip(point.seeds, point.top1) if seed in by_seed]
+        mean, low, high = interval95(paired, f"the gap of {point.strategy} q={point.q:g} to {reference} at "
+                                             f"{point.partition} M={point.workers} (seeds both ran)")
+        result.append(Gap(point, mean, (low, high)))
+    return result
+
+
+def smallest_overlapping_q(found: list[Point], partition: str, workers: int) -> float | None:
+    """The smallest q on the q axis (local, partial) whose 95 % interval overlaps global shuffling's;
+    None without a global point or when none does."""
+    from hpcshuffle.analysis.tune import CANDIDATES
+
+    here = [p for p in found if (p.partition, p.workers) == (partition, workers)]
+    base = next((p for p in here if p.strategy == with_role("reference").name), None)
+    if base is None:
+        return None
+    overlapping = [p.q for p in here if p.strategy in CANDIDATES and p.ci95[1] >= base.ci95[0]
+                   and p.ci95[0] <= base.ci95[1]]
+    return min(overlapping) if overlapping else None
+
+
+def pearson(xs: list[float], ys: list[float]) -> float:
+    if len(xs) < 3:
+        raise ValueError(f"a correlation needs at least 3 runs, got {len(xs)}")
+    return statistics.correlation(xs, ys)
+
+
+def quality_vs_gap(rows: list[dict], found: list[Point]) -> list[tuple[float, float, str]]:
+    """(final mixing quality, final top-1 minus the mean of global shuffling's at the same
+    (partition, workers), partition) for every complete run that is not global shuffling's."""
+    from hpcshuffle.analysis.tune import run_q
+
+    reference = with_role("reference").name
+    means = {(p.partition, p.workers): p.top1_mean for p in found if p.strategy == reference}
+    pairs = []
+    for row in rows:
+        partition = row.get("partition") or "random"
+        base = means.get((partition, row["workers"]))
+        if (not row["complete"] or row["shuffle"] == reference or base is None or row.get("mixing") is None
+                or row["final_score"] is None or run_q(row) is None):
+            continue
+        pairs.append((row["mixing"], row["final_score"] - base, partition))
+    return pairs
+
+
+def summary(rows: list[dict]) -> dict:
+    """`accuracy_study.json`: the points, each (partition, workers)'s local-shuffling gap and
+    smallest q overlapping global shuffling, and the quality-vs-gap correlation."""
+    found = points(rows)
+    baseline = with_role("baseline").name
+    by_cell = []
+    all_gaps = gaps(found)
+    for partition, workers in sorted({(p.partition, p.workers) for p in found}):
+        local = next((g for g in all_gaps if (g.point.partition, g.point.workers, g.point.strategy)
+                      == (partition, workers, baseline)), None)
+        by_cell.append({
+            "partition": partition, "workers": workers,
+            "local_gap": None if local is None else round(local.mean, 3),
+            "local_gap_ci95": None if local is None else [round(v, 3) for v in local.ci95],
+            "local_gap_excludes_0": None if local is None else local.excludes_zero,
+            "smallest_q_overlapping_global": smallest_overlapping_q(found, partition, workers),
+        })
+    pairs = quality_vs_gap(rows, found)
+    correlation = {"runs": len(pairs), "pearson_r": round(pearson(*zip(*[(x, y) for x, y, _ in pairs])), 3)
+                   if len(pairs) >= 3 else None}
+    for partition in sorted({p for _, _, p in pairs}):
+        mine = [(x, y) for x, y, p in pairs if p == partition]
+        correlation[f"pearson_r_{partition}"] = round(pearson(*zip(*mine)), 3) if len(mine) >= 3 else None
+    return {"rows": [p.row() for p in found], "cells": by_cell,
+            "gaps": [{"partition": g.point.partition, "workers": g.point.workers, "strategy": g.point.strategy,
+                      "q": g.point.q, "gap_mean": round(g.mean, 3), "ci95": [round(v, 3) for v in g.ci95]}
+                     for g in all_gaps],
+            "quality_vs_gap": correlation}
+
+
+def study_table(result: dict) -> str:
+    """The summary as text: points with intervals, then per cell the local gap and the smallest q."""
+    lines = [f"{'partition':<11} {'M':>4} {'strategy':<9} {'q':>4} {'top-1 mean':>10} {'95 % interval':>16} "
+             f"{'seeds':>5} {'mixing':>7}"]
+    for row in result["rows"]:
+        low, high = row["ci95"]
+        mixing = "-" if row["mixing_mean"] is None else f"{row['mixing_mean']:.3f}"
+        lines.append(f"{row['partition']:<11} {row['workers']:>4} {row['strategy']:<9} {row['q']:>4.2g} "
+                     f"{row['top1_mean']:>10.2f} {f'[{low:.2f}, {high:.2f}]':>16} {len(row['seeds']):>5} {mixing:>7}")
+    lines.append("")
+    for cell in result["cells"]:
+        head = f"{cell['partition']} M={cell['workers']}: "
+        if cell["local_gap"] is None:
+            lines.append(head + "no local-vs-global pair of seeds")
+            continue
+        low, high = cell["local_gap_ci95"]
+        verdict = "excludes 0" if cell["local_gap_excludes_0"] else "includes 0"
+        q = cell["smallest_q_overlapping_global"]
+        lines.append(head + f"local - global = {cell['local_gap']:+.2f} points, 95 % interval [{low:+.2f}, {high:+.2f}] "
+                     f"({verdict}); smallest q overlapping global: {'none' if q is None else f'{q:g}'}")
+    corr = result["quality_vs_gap"]
+    if corr["pearson_r"] is not None:
+        parts = ", ".join(f"{k.removeprefix('pearson_r_')} {v}" for k, v in corr.items()
+                          if k.startswith("pearson_r_") and v is not None)
+        lines.append(f"gap to global vs final mixing quality over {corr['runs']} runs: Pearson r = "
+                     f"{corr['pearson_r']}" + (f" ({parts})" if parts else ""))
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""The accuracy study's statistics: Student-t intervals over seeds, paired gaps to global shuffling,
+the smallest q whose interval overlaps global's, the quality-vs-gap correlation, and `tune-q` on a
+study's results tree — on fake run directories."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from hpcshuffle.analysis.report import collect, find_runs
+from hpcshuffle.analysis.study import interval95, points, study_table, summary, t975
+from hpcshuffle.cli import main
+from tests.unit.test_tune import write_run
+
+# final top-1 per (partition, strategy, q) and seed 0, 1, 2, at M = 16
+STUDY = {
+    ("contiguous", "global", 1.0): [80.0, 81.0, 82.0],
+    ("contiguous", "local", 0.0): [50.0, 52.0, 51.0],
+    ("contiguous", "partial", 0.3): [70.0, 71.0, 72.0],
+    ("contiguous", "partial", 0.6): [79.0, 81.0, 83.0],
+    ("random", "global", 1.0): [80.0, 81.0, 82.0],
+    ("random", "local", 0.0): [80.5, 80.0, 82.5],
+    ("random", "partial", 0.3): [81.0, 80.0, 81.5],
+}
+
+
+def write_study(root):
+    for (partition, shuffle, q), finals in STUDY.items():
+        for seed, final in enumerate(finals):
+            # a mixing quality that falls with the gap, exactly linearly: Pearson r = 1 over all runs
+            mixing = 1.0 + (final - 81.0) / 100
+            write_run(root / partition / "M16" / f"{shuffle}-{q}", f"seed{seed}", shuffle=shuffle, q=q, workers=16,
+                      final=final, seed=seed, partition=partition, mixing=mixing)
+    return root
+
+
+def test_t_quantiles_and_the_interval_are_exact():
+    assert t975(1) == 12.706 and t975(2) == 4.303 and t975(30) == 2.042
+    assert t975(40) == pytest.approx(2.0211, abs=1e-3)  # the expansion beyond the table
+    assert t975(120) == pytest.approx(1.9799, abs=1e-3)
+    mean, low, high = interval95([1.0, 2.0, 3.0], "x")
+    assert mean == 2.0
+    assert high - mean == pytest.approx(4.303 / math.sqrt(3)) and mean - low == pytest.approx(4.303 / math.sqrt(3))
+
+
+def test_an_interval_of_one_seed_is_a_named_error():
+    with pytest.raises(ValueError, match=r"a 95 % interval of local q=0 needs at least 2 seeds, got 1.*seed=0,1,2"):
+        interval95([70.0], "local q=0")
+
+
+def test_summary_gaps_overlap_and_correlation(tmp_path):
+    result = summary(collect(find_runs(write_study(tmp_path / "study"))))
+    rows = {(r["partition"], r["strategy"], r["q"]): r for r in result["rows"]}
+    assert set(rows) == set(STUDY)
+    local = rows["contiguous", "local", 0.0]
+    assert set(local) >= {"partition", "workers", "strategy", "q", "top1_mean", "ci95", "seeds"}
+    assert (local["workers"], local["top1_mean"], local["seeds"]) == (16, 51.0, [0, 1, 2])
+    assert local["ci95"] == pytest.approx([51.0 - 4.303 / math.sqrt(3), 51.0 + 4.303 / math.sqrt(3)], abs=1e-3)
+    cells = {c["partition"]: c for c in result["cells"]}
+    # contiguous: paired gaps -30, -29, -31 -> mean -30, sd 1; the interval excludes 0
+    assert cells["contiguous"]["local_gap"] == -30.0
+    assert cells["contiguous"]["local_gap_ci95"] == pytest.approx([-30 - 4.303 / math.sqrt(3),
+                                                                  -30 + 4.303 / math.sqrt(3)], abs=1e-3)
+    assert cells["contiguous"]["local_gap_excludes_0"] is True
+    # q 0.3's interval [68.5, 73.5] misses global's [78.5, 83.5]; q 0.6's [76.0, 86.0] overlaps it
+    assert cells["contiguous"]["smallest_q_overlapping_global"] == 0.6
+    assert cells["random"]["local_gap_excludes_0"] is False
+    assert cells["random"]["smallest_q_overlapping_global"] == 0.0
+    assert result["quality_vs_gap"]["runs"] == 15  # every run but global's
+    assert result["quality_vs_gap"]["pearson_r"] == pytest.approx(1.0)
+    text = study_table(result)
+    assert "contiguous M=16: local - global = -30.00 points" in text and "(excludes 0)" in text
+    assert "smallest q overlapping global: 0.6" in text
+
+
+def test_two_runs_of_one_seed_are_refused(tmp_path):
+    root = write_study(tmp_path / "study")
+    write_run(root / "contiguous" / "M16" / "local-0.0", "again", shuffle="local", q=0.0, workers=16, final=50.0,
+              seed=1, partition="contiguous")
+    with pytest.raises(ValueError, match=r"contiguous M=16 local q=0 has two runs of one seed \(\[0, 1, 1, 2\]\)"):
+        points(collect(find_runs(root)))
+
+
+def test_tune_q_prints_the_interval_rule_per_partition_and_workers(tmp_path, capsys):
+    root = write_study(tmp_path / "study")
+    main(["tune-q", str(root)])
+    out = capsys.readouterr().out
+    assert "-- model resnet50, dataset imagefolder, partition contiguous" in out
+    assert ("partition contiguous, workers 16: smallest q whose 95 % interval overlaps global's: q=0.6 "
+            "(81.00 [76.03, 85.97])") in out
+    assert "partition random, workers 16: smallest q whose 95 % interval overlaps global's: q=0 " in out
+    # the tolerance rule still answers: within 1.0 of 81.00 means >= 80.00
+    assert "partition contiguous, workers 16: smallest q within 1.00 of global (81.00): q=0.6 (81.00)" in out
+
+
+def test_tune_q_with_one_seed_says_why_there_is_no_interval(tmp_path, capsys):
+    for shuffle, q, final in (("global", 1.0, 80.0), ("local", 0.0, 79.5)):
+        write_run(tmp_path / "sweep", shuffle, shuffle=shuffle, q=q, workers=4, final=final)
+    main(["tune-q", str(tmp_path / "sweep")])
+    out = capsys.readouterr().out
+    assert "workers 4: smallest q within 1.00 of global (80.00): q=0 (local, 79.50)" in out
+    assert "95 % interval" not in out.split("\n\n")[-1]
