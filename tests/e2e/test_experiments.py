@@ -66,3 +66,30 @@ def test_scale_study_quick_writes_every_figure_and_reuses_its_simulations(tmp_pa
     cached = len(list((out / "cache").iterdir()))
     run("experiments/scale_study.py", "--quick", "--out", str(out))
     assert len(list((out / "cache").iterdir())) == cached  # nothing simulated twice
+
+
+def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(tmp_path):
+    out = tmp_path / "study"
+    args = ["experiments/accuracy_study.py", "--workers", "2", "--partitions", "contiguous", "--strategies",
+            "global", "local", "--seeds", "2", "--epochs", "1", "--out", str(out), *tiny_dataset(tmp_path),
+            "++dataset.synthesize.seed=0"]
+    first = run(*args)
+    assert first.stdout.count("seeds [0, 1] trained") == 2
+    assert (out / "contiguous" / "M2" / "local" / "multirun.yaml").exists()  # Hydra's multirun wrote the cell
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert {(r["partition"], r["workers"], r["strategy"], r["seeds"] == [0, 1]) for r in study["rows"]} == {
+        ("contiguous", 2, "global", True), ("contiguous", 2, "local", True)}
+    assert all(r["ci95"][0] <= r["top1_mean"] <= r["ci95"][1] for r in study["rows"])
+    names = {path.name for path in (out / "figures").iterdir()}
+    assert {"accuracy_contiguous_M2.png", "q_recovery_contiguous.png", "quality_vs_gap.png",
+            "accuracy_study.txt"} <= names
+    assert "smallest q whose 95 % interval overlaps global's" in first.stdout
+    again = run(*args)
+    assert again.stdout.count("2 seeds complete, reused") == 2
+
+
+def test_accuracy_study_refuses_one_seed():
+    result = subprocess.run([sys.executable, "experiments/accuracy_study.py", "--seeds", "1"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--seeds 1: a 95 % interval needs at least 2 seeds per point; use --seeds 3" in result.stderr

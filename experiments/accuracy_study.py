@@ -1,0 +1,195 @@
+"""The accuracy study: does local shuffling lose accuracy beyond the noise at CPU scale, and how much
+of it does partial shuffling's q win back? (Nguyen et al. §V-E, Fig. 5-6.)
+
+Each (partition, M, strategy) cell is one Hydra multirun over its seeds, M virtual workers in one
+process (exactly synchronous SGD with BatchNorm over each worker's local batch):
+
+    python -m hpcshuffle.train -m shuffle=partial shuffle.q=0.3 shuffle.virtual_workers=16
+        storage.partition=contiguous seed=0,1,2 hydra.sweep.dir=<out>/contiguous/M16/partial-0.3 ...
+
+`--jobs` cells run at a time; seeds already complete under `--out` are reused, so the study can
+be extended or resumed. Then it writes `<json>` (the points with 95 % intervals over seeds, the
+local-vs-global gap per cell, the smallest q whose interval overlaps global shuffling's, and how
+well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`, the curves per epoch
+with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
+(`q_recovery_<partition>.png`) and the quality-vs-gap plot (`quality_vs_gap.png`).
+
+    python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]
+        [--strategies global local partial-0.1 ...] [--seeds 3] [--epochs 12] [--jobs 2]
+        [--out results/experiments/accuracy_study] [--json PATH] [--figures DIR] [override ...]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from common import REPO, records, strategy_overrides
+
+from hpcshuffle.analysis.plots import plot_curves, plot_scatter
+from hpcshuffle.analysis.report import collect, find_runs
+from hpcshuffle.analysis.study import interval95, points, quality_vs_gap, study_table, summary
+from hpcshuffle.analysis.tune import tune_q, tune_table
+from hpcshuffle.metrics import validation_score
+from hpcshuffle.plan import with_role
+
+# 4,096 synthetic 32×32 images of 20 close classes (class after class on disk, as an ImageFolder
+# lists them; one dataset for every seed), b = 8 per worker, a warm-up and a cosine decay so the last epochs are stable, and the
+# learning rate scaled with the global batch from 0.05 at 128 (M = 16)
+DEFAULT_OVERRIDES = [
+    "dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
+    "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0", "batch_size=8", "loader.workers=1", "optim.lr=0.05",
+    "optim.reference_batch=128", "optim.schedule=cosine", "optim.warmup=2",
+]
+STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "partial-1.0"]
+
+
+def label(strategy: str) -> str:
+    return strategy.replace("partial-", "partial q=")
+
+
+def cell_dir(out: Path, partition: str, workers: int, strategy: str) -> Path:
+    return out / partition / f"M{workers}" / strategy
+
+
+def missing_seeds(cell: Path, seeds: int, epochs: int) -> list[int]:
+    """The seeds of a cell still to train; a seed's run cut short is removed, to be trained again."""
+    missing = []
+    for seed in range(seeds):
+        run = cell / f"seed{seed}"
+        if len(records(run)) >= epochs:
+            continue
+        if run.exists():
+            shutil.rmtree(run)
+        missing.append(seed)
+    return missing
+
+
+def run_cell(out: Path, partition: str, workers: int, strategy: str, seeds: int, epochs: int,
+             overrides: list[str]) -> str:
+    """Train a cell's missing seeds as one Hydra multirun; returns a line saying what happened."""
+    cell = cell_dir(out, partition, workers, strategy)
+    todo = missing_seeds(cell, seeds, epochs)
+    if not todo:
+        return f"  {cell}: {seeds} seeds complete, reused"
+    command = [
+        sys.executable, "-m", "hpcshuffle.train", "-m", *overrides, *strategy_overrides(strategy),
+        f"storage.partition={partition}", f"shuffle.virtual_workers={workers}", "storage.scope=rank",
+        f"epochs={epochs}", f"seed={','.join(map(str, todo))}", f"hydra.sweep.dir={cell}",
+        "hydra.sweep.subdir=seed${seed}", "checkpoint.every_epochs=0", "progress=false",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"the multirun of {cell} failed (exit {result.returncode}):\n"
+                           f"{result.stdout[-2000:]}{result.stderr[-3000:]}")
+    return f"  {cell}: seeds {todo} trained in {time.perf_counter() - start:.0f} s"
+
+
+def epoch_bands(out: Path, partition: str, workers: int, strategy: str, seeds: int):
+    """Per epoch the mean validation top-1 over seeds and its 95 % interval."""
+    runs = [records(cell_dir(out, partition, workers, strategy) / f"seed{seed}") for seed in range(seeds)]
+    epochs = min(len(run) for run in runs)
+    means, bands = {}, {}
+    for epoch in range(epochs):
+        mean, low, high = interval95([validation_score(run[epoch]) for run in runs], f"{strategy} epoch {epoch}")
+        means[epoch], bands[epoch] = mean, (low, high)
+    return means, bands
+
+
+def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
+    out, kind = Path(args.out), "virtual workers"
+    for partition in args.partitions:
+        for workers in args.workers:
+            curves, bands = {}, {}
+            for strategy in args.strategies:
+                curves[label(strategy)], bands[label(strategy)] = epoch_bands(out, partition, workers, strategy,
+                                                                              args.seeds)
+            plot_curves(curves, "validation top-1 (%)", figures / f"accuracy_{partition}_M{workers}.png",
+                        title=f"{partition} partition, M = {workers} {kind}: mean and 95 % interval over "
+                              f"{args.seeds} seeds", bands=bands)
+        recovery, recovery_bands = {}, {}
+        for workers in args.workers:
+            mine = [r for r in result["rows"] if (r["partition"], r["workers"]) == (partition, workers)]
+            axis = [r for r in mine if r["strategy"] != with_role("reference").name]
+            recovery[f"M={workers}"] = {r["q"]: r["top1_mean"] for r in axis}
+            recovery_bands[f"M={workers}"] = {r["q"]: tuple(r["ci95"]) for r in axis}
+            reference = next((r for r in mine if r["strategy"] == with_role("reference").name), None)
+            if reference and axis:
+                span = [min(r["q"] for r in axis), max(r["q"] for r in axis)]
+                recovery[f"global, M={workers}"] = {q: reference["top1_mean"] for q in span}
+                recovery_bands[f"global, M={workers}"] = {q: tuple(reference["ci95"]) for q in span}
+        plot_curves(recovery, "final validation top-1 (%)", figures / f"q_recovery_{partition}.png",
+                    xlabel="exchange fraction q (0: local shuffling)",
+                    title=f"{partition} partition: what q wins back (95 % intervals)", bands=recovery_bands)
+    found_pairs = quality_vs_gap(rows, points(rows))
+    groups = {p: [(x, y) for x, y, part in found_pairs if part == p] for p in args.partitions}
+    r = result["quality_vs_gap"]["pearson_r"]
+    plot_scatter(groups, "final shuffle quality (mixing, 1 = global)", "top-1 minus global's mean (points)",
+                 figures / "quality_vs_gap.png",
+                 title=f"does shuffle quality predict the gap? Pearson r = {r} over {len(found_pairs)} runs")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--workers", type=int, nargs="+", default=[16, 64], metavar="M")
+    parser.add_argument("--partitions", nargs="+", default=["random", "contiguous"], choices=["random", "contiguous"])
+    parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
+    parser.add_argument("--seeds", type=int, default=3, help="seeds per point, 0..SEEDS-1 (at least 2)")
+    parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--jobs", type=int, default=2, help="cells trained at a time (default: 2)")
+    parser.add_argument("--out", default="results/experiments/accuracy_study", help="run directories go here")
+    parser.add_argument("--json", default=None, help="default: <out>.json")
+    parser.add_argument("--figures", default=None, help="figures and tables (default: <out>/figures)")
+    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (default: a synthetic set)")
+    args = parser.parse_args()
+    if args.seeds < 2:
+        parser.error(f"--seeds {args.seeds}: a 95 % interval needs at least 2 seeds per point; use --seeds 3")
+    if args.jobs < 1:
+        parser.error(f"--jobs must be >= 1, got {args.jobs}")
+    for strategy in args.strategies:
+        strategy_overrides(strategy)  # fail on a typo before hours of training
+    out = Path(args.out)
+    figures = Path(args.figures) if args.figures else out / "figures"
+    figures.mkdir(parents=True, exist_ok=True)
+    overrides = args.overrides or DEFAULT_OVERRIDES
+
+    cells = [(p, m, s) for p in args.partitions for m in args.workers for s in args.strategies]
+    print(f"accuracy study: {len(cells)} cells × {args.seeds} seeds, {args.epochs} epochs, {args.jobs} at a time "
+          f"-> {out}", flush=True)
+    start = time.perf_counter()
+    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+        futures = [pool.submit(run_cell, out, p, m, s, args.seeds, args.epochs, overrides) for p, m, s in cells]
+        for done, future in enumerate(futures, 1):
+            try:
+                print(f"[{done}/{len(cells)}] {future.result()}", flush=True)
+            except RuntimeError as err:
+                sys.exit(str(err))
+    print(f"trained in {time.perf_counter() - start:.0f} s", flush=True)
+
+    wanted = {cell_dir(out, p, m, s) / f"seed{seed}" for p, m, s in cells for seed in range(args.seeds)}
+    rows = collect([run for run in find_runs(out) if run in wanted])
+    result = summary(rows)
+    json_path = Path(args.json) if args.json else out.with_suffix(".json")
+    json_path.write_text(json.dumps(result, indent=1) + "\n")
+    figures_of(result, rows, args, figures)
+    text = "\n\n".join([
+        f"accuracy study: final validation top-1 % after {args.epochs} epochs, mean and 95 % interval over "
+        f"{args.seeds} seeds (M virtual workers)",
+        study_table(result), tune_table(tune_q(rows, 1.0)),
+    ])
+    print(text)
+    (figures / "accuracy_study.txt").write_text(text + "\n")
+    print(f"wrote {json_path} and the figures under {figures}")
+
+
+if __name__ == "__main__":
+    main()
