@@ -48,7 +48,7 @@ DEFAULT_OVERRIDES = [
     "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0", "batch_size=8", "loader.workers=1", "optim.lr=0.05",
     "optim.reference_batch=128", "optim.schedule=cosine", "optim.warmup=2",
 ]
-STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "partial-1.0"]
+STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "partial-1"]
 
 
 def label(strategy: str) -> str:
@@ -105,6 +105,11 @@ def epoch_bands(out: Path, partition: str, workers: int, strategy: str, seeds: i
     return means, bands
 
 
+def _strategy_of(row: dict) -> str:
+    """A study row's strategy as the command line names it (partial-<q>)."""
+    return f"partial-{row['q']:g}" if row["strategy"] == "partial" else row["strategy"]
+
+
 def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
     out, kind = Path(args.out), "virtual workers"
     for partition in args.partitions:
@@ -116,6 +121,14 @@ def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
             plot_curves(curves, "validation top-1 (%)", figures / f"accuracy_{partition}_M{workers}.png",
                         title=f"{partition} partition, M = {workers} {kind}: mean and 95 % interval over "
                               f"{args.seeds} seeds", bands=bands)
+        scaling, scaling_bands = {}, {}
+        for strategy in args.strategies:
+            mine = [r for r in result["rows"] if r["partition"] == partition and _strategy_of(r) == strategy]
+            scaling[label(strategy)] = {r["workers"]: r["top1_mean"] for r in mine}
+            scaling_bands[label(strategy)] = {r["workers"]: tuple(r["ci95"]) for r in mine}
+        plot_curves(scaling, "final validation top-1 (%)", figures / f"accuracy_vs_workers_{partition}.png",
+                    xlabel=f"workers M ({kind})", log_x=True, bands=scaling_bands,
+                    title=f"{partition} partition: final accuracy against workers (95 % intervals)")
         recovery, recovery_bands = {}, {}
         for workers in args.workers:
             mine = [r for r in result["rows"] if (r["partition"], r["workers"]) == (partition, workers)]
@@ -157,6 +170,9 @@ def main() -> None:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     for strategy in args.strategies:
         strategy_overrides(strategy)  # fail on a typo before hours of training
+    # one spelling per q (partial-1.0 is partial-1), so run directories and figures agree
+    args.strategies = [_strategy_of({"strategy": "partial", "q": float(s.removeprefix("partial-"))})
+                       if s.startswith("partial-") else s for s in args.strategies]
     out = Path(args.out)
     figures = Path(args.figures) if args.figures else out / "figures"
     figures.mkdir(parents=True, exist_ok=True)

@@ -14,4 +14,6 @@ hpcshuffle imbalance --batch 32 64 128 --nodes 16 64 256 --plot "$figures/yang_f
 hpcshuffle model --plot "$figures/yang_fig8_model.png" | tee "$figures/yang_fig8_model.txt"
 python experiments/cache_hit_ratio.py --figures "$figures"
 python experiments/shuffle_accuracy.py --out "$out/shuffle_accuracy" --figures "$figures"
+python experiments/accuracy_study.py --out "$out/accuracy_study" --json "$out/accuracy_study.json" \
+    --figures "$figures"
 python experiments/epoch_time.py --out "$out/epoch_time" --figures "$figures"
