@@ -17,6 +17,8 @@ with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
     python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]
         [--strategies global local partial-0.1 ...] [--seeds 3] [--epochs 12] [--jobs 2]
         [--out results/experiments/accuracy_study] [--json PATH] [--figures DIR] [override ...]
+
+Trailing overrides follow the defaults below and win over them, e.g. `model=inceptionv4_small`.
 """
 
 from __future__ import annotations
@@ -41,8 +43,8 @@ from hpcshuffle.metrics import validation_score
 from hpcshuffle.plan import with_role
 
 # 4,096 synthetic 32×32 images of 20 close classes (class after class on disk, as an ImageFolder
-# lists them; one dataset for every seed), b = 8 per worker, a warm-up and a cosine decay so the last epochs are stable, and the
-# learning rate scaled with the global batch from 0.05 at 128 (M = 16)
+# lists them; one dataset for every seed), b = 8 per worker, a warm-up and a cosine decay so the
+# last epochs are stable, and the learning rate scaled with the global batch from 0.05 at 128 (M = 16)
 DEFAULT_OVERRIDES = [
     "dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
     "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0", "batch_size=8", "loader.workers=1", "optim.lr=0.05",
@@ -162,7 +164,8 @@ def main() -> None:
     parser.add_argument("--out", default="results/experiments/accuracy_study", help="run directories go here")
     parser.add_argument("--json", default=None, help="default: <out>.json")
     parser.add_argument("--figures", default=None, help="figures and tables (default: <out>/figures)")
-    parser.add_argument("overrides", nargs="*", help="Hydra overrides for every run (default: a synthetic set)")
+    parser.add_argument("overrides", nargs="*",
+                        help="Hydra overrides for every run, after the study's synthetic defaults (a later one wins)")
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error(f"--seeds {args.seeds}: a 95 % interval needs at least 2 seeds per point; use --seeds 3")
@@ -176,7 +179,7 @@ def main() -> None:
     out = Path(args.out)
     figures = Path(args.figures) if args.figures else out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    overrides = args.overrides or DEFAULT_OVERRIDES
+    overrides = [*DEFAULT_OVERRIDES, *args.overrides]
 
     cells = [(p, m, s) for p in args.partitions for m in args.workers for s in args.strategies]
     print(f"accuracy study: {len(cells)} cells × {args.seeds} seeds, {args.epochs} epochs, {args.jobs} at a time "

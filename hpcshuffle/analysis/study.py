@@ -212,8 +212,9 @@ def study_table(result: dict) -> str:
         low, high = cell["local_gap_ci95"]
         verdict = "excludes 0" if cell["local_gap_excludes_0"] else "includes 0"
         q = cell["smallest_q_overlapping_global"]
-        lines.append(head + f"local - global = {cell['local_gap']:+.2f} points, 95 % interval [{low:+.2f}, {high:+.2f}] "
-                     f"({verdict}); smallest q overlapping global: {'none' if q is None else f'{q:g}'}")
+        lines.append(head + f"local - global = {cell['local_gap']:+.2f} points, "
+                     f"95 % interval [{low:+.2f}, {high:+.2f}] ({verdict}); "
+                     f"smallest q overlapping global: {'none' if q is None else f'{q:g}'}")
     corr = result["quality_vs_gap"]
     if corr["pearson_r"] is not None:
         parts = ", ".join(f"{k.removeprefix('pearson_r_')} {v}" for k, v in corr.items()
