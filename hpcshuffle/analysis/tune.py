@@ -3,7 +3,8 @@
 Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recommend per worker
 count (and first partition) the smallest exchange fraction q whose final validation score is within
 a tolerance of global shuffling's (or, without a global run, of the best run's). Where every point
-has 2 or more seeds, also the smallest q whose 95 % interval overlaps global shuffling's. Which
+has 2 or more seeds, also the smallest q whose 95 % interval reaches global shuffling's (overlaps
+it or lies above: not worse beyond the noise). Which
 strategies lie on the q axis, which one is the reference and which the "vs LS" baseline, the
 strategy table says (`hpcshuffle.plan`).
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from hpcshuffle.analysis.study import interval95
+from hpcshuffle.analysis.study import interval95, reaches
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
 
 REFERENCES = ("auto", "global", "best")  # "global": the table's reference strategy, as the CLI spells it
@@ -58,8 +59,8 @@ class GroupResult:
     reason: str  # why no q qualifies ("" when one does)
     rows: list[QRow]
     notes: list[str] = field(default_factory=list)
-    overlap_q: float | None = None  # smallest candidate q whose interval overlaps the global one's
-    overlap_reason: str = ""  # why there is no overlap_q ("" when there is one)
+    reach_q: float | None = None  # smallest candidate q whose interval reaches the global one's
+    reach_reason: str = ""  # why there is no reach_q ("" when there is one)
 
 
 @dataclass
@@ -167,7 +168,7 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
         group.reference, group.reference_score = "best", best.final_score
         group.reference_label = f"best ({best.shuffle}" + (f" q={best.q:g})" if _user_q(best) else ")")
     candidates = [row for row in rows if row.shuffle in CANDIDATES]
-    overlap(group, reference_row, candidates)
+    reach(group, reference_row, candidates)
     if not candidates:
         group.reason = (
             f"no {' or '.join(CANDIDATES)} runs with {group.workers} workers; sweep shuffle={','.join(CANDIDATES)}"
@@ -188,21 +189,21 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
     return group
 
 
-def overlap(group: GroupResult, reference_row: QRow | None, candidates: list[QRow]) -> None:
-    """Set the group's smallest candidate q whose 95 % interval overlaps the reference's, or why none."""
+def reach(group: GroupResult, reference_row: QRow | None, candidates: list[QRow]) -> None:
+    """Set the group's smallest candidate q whose 95 % interval reaches the reference's, or why none."""
     if reference_row is None or not candidates:
-        group.overlap_reason = "needs a global run and local or partial runs"
+        group.reach_reason = "needs a global run and local or partial runs"
         return
     single = [row for row in [reference_row, *candidates] if row.ci95 is None]
     if single:
-        group.overlap_reason = (f"needs 2 or more seeds per point; {_q_text(single[0])} has 1: sweep seed=0,1,2")
+        group.reach_reason = (f"needs 2 or more seeds per point; {_q_text(single[0])} has 1: sweep seed=0,1,2")
         return
     low, high = reference_row.ci95
-    chosen = next((row for row in candidates if row.ci95[1] >= low and row.ci95[0] <= high), None)
+    chosen = next((row for row in candidates if reaches(row.ci95, reference_row.ci95)), None)
     if chosen is None:
-        group.overlap_reason = f"no q's interval reaches global's [{low:.2f}, {high:.2f}]: sweep larger q"
+        group.reach_reason = f"no q's interval reaches global's [{low:.2f}, {high:.2f}]: sweep larger q"
         return
-    group.overlap_q = chosen.q
+    group.reach_q = chosen.q
 
 
 def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_incomplete: bool = False) -> TuneResult:
@@ -252,13 +253,13 @@ def recommendation_line(group: GroupResult, tolerance: float) -> str:
     )
 
 
-def overlap_line(group: GroupResult) -> str:
+def reach_line(group: GroupResult) -> str:
     """The interval rule's answer: printed where every point of the group has 2 or more seeds."""
-    if group.overlap_q is None:
-        return f"workers {group.workers}: no q's 95 % interval overlaps global's: {group.overlap_reason}"
-    chosen = next(row for row in group.rows if row.q == group.overlap_q and row.shuffle in CANDIDATES)
+    if group.reach_q is None:
+        return f"workers {group.workers}: no q's 95 % interval reaches global's: {group.reach_reason}"
+    chosen = next(row for row in group.rows if row.q == group.reach_q and row.shuffle in CANDIDATES)
     low, high = chosen.ci95
-    return (f"workers {group.workers}: smallest q whose 95 % interval overlaps global's: q={chosen.q:g} "
+    return (f"workers {group.workers}: smallest q whose 95 % interval reaches global's: q={chosen.q:g} "
             f"({chosen.final_score:.2f} [{low:.2f}, {high:.2f}])")
 
 
@@ -295,7 +296,7 @@ def tune_table(result: TuneResult) -> str:
             f"partition {group.partition}, " if partitions else "")
         lines.append(prefix + recommendation_line(group, result.tolerance))
         if all(row.ci95 is not None for row in group.rows):
-            lines.append(prefix + overlap_line(group))
+            lines.append(prefix + reach_line(group))
         lines.extend(f"  note: {note}" for note in group.notes)
     return "\n".join(lines + _skipped_lines(result.skipped))
 

@@ -83,7 +83,7 @@ def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(t
     names = {path.name for path in (out / "figures").iterdir()}
     assert {"accuracy_contiguous_M2.png", "q_recovery_contiguous.png", "quality_vs_gap.png",
             "accuracy_study.txt"} <= names
-    assert "smallest q whose 95 % interval overlaps global's" in first.stdout
+    assert "smallest q whose 95 % interval reaches global's" in first.stdout
     again = run(*args)
     assert again.stdout.count("2 seeds complete, reused") == 2
 

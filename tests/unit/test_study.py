@@ -1,5 +1,5 @@
 """The accuracy study's statistics: Student-t intervals over seeds, paired gaps to global shuffling,
-the smallest q whose interval overlaps global's, the quality-vs-gap correlation, and `tune-q` on a
+the smallest q whose interval reaches global's, the quality-vs-gap correlation, and `tune-q` on a
 study's results tree — on fake run directories."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import math
 import pytest
 
 from hpcshuffle.analysis.report import collect, find_runs
-from hpcshuffle.analysis.study import interval95, points, study_table, summary, t975
+from hpcshuffle.analysis.study import interval95, points, reaches, study_table, summary, t975
 from hpcshuffle.cli import main
 from tests.unit.test_tune import write_run
 
@@ -49,7 +49,7 @@ def test_an_interval_of_one_seed_is_a_named_error():
         interval95([70.0], "local q=0")
 
 
-def test_summary_gaps_overlap_and_correlation(tmp_path):
+def test_summary_gaps_reach_and_correlation(tmp_path):
     result = summary(collect(find_runs(write_study(tmp_path / "study"))))
     rows = {(r["partition"], r["strategy"], r["q"]): r for r in result["rows"]}
     assert set(rows) == set(STUDY)
@@ -63,15 +63,28 @@ def test_summary_gaps_overlap_and_correlation(tmp_path):
     assert cells["contiguous"]["local_gap_ci95"] == pytest.approx([-30 - 4.303 / math.sqrt(3),
                                                                   -30 + 4.303 / math.sqrt(3)], abs=1e-3)
     assert cells["contiguous"]["local_gap_excludes_0"] is True
-    # q 0.3's interval [68.5, 73.5] misses global's [78.5, 83.5]; q 0.6's [76.0, 86.0] overlaps it
-    assert cells["contiguous"]["smallest_q_overlapping_global"] == 0.6
+    # q 0.3's interval [68.5, 73.5] lies below global's [78.5, 83.5]; q 0.6's [76.0, 86.0] overlaps it
+    assert cells["contiguous"]["smallest_q_reaching_global"] == 0.6
     assert cells["random"]["local_gap_excludes_0"] is False
-    assert cells["random"]["smallest_q_overlapping_global"] == 0.0
+    assert cells["random"]["smallest_q_reaching_global"] == 0.0
     assert result["quality_vs_gap"]["runs"] == 15  # every run but global's
     assert result["quality_vs_gap"]["pearson_r"] == pytest.approx(1.0)
     text = study_table(result)
     assert "contiguous M=16: local - global = -30.00 points" in text and "(excludes 0)" in text
-    assert "smallest q overlapping global: 0.6" in text
+    assert "smallest q whose interval reaches global's: 0.6" in text
+
+
+def test_a_q_above_global_beyond_the_noise_reaches_it(tmp_path):
+    # as contiguous M = 16 in results/reference: q 0.1 beats global with no overlap, and counts
+    assert reaches((94.9, 95.9), (89.6, 91.4)) and reaches((76.0, 86.0), (78.5, 83.5))
+    assert not reaches((68.5, 73.5), (78.5, 83.5))
+    for shuffle, q, finals in (("global", 1.0, [90.0, 91.0, 90.5]), ("local", 0.0, [25.0, 28.0, 22.0]),
+                               ("partial", 0.1, [95.0, 95.5, 95.2])):
+        for seed, final in enumerate(finals):
+            write_run(tmp_path / "study" / f"{shuffle}-{q}", f"seed{seed}", shuffle=shuffle, q=q, workers=16,
+                      final=final, seed=seed, partition="contiguous")
+    cell, = summary(collect(find_runs(tmp_path / "study")))["cells"]
+    assert cell["smallest_q_reaching_global"] == 0.1
 
 
 def test_two_runs_of_one_seed_are_refused(tmp_path):
@@ -87,9 +100,9 @@ def test_tune_q_prints_the_interval_rule_per_partition_and_workers(tmp_path, cap
     main(["tune-q", str(root)])
     out = capsys.readouterr().out
     assert "-- model resnet50, dataset imagefolder, partition contiguous" in out
-    assert ("partition contiguous, workers 16: smallest q whose 95 % interval overlaps global's: q=0.6 "
+    assert ("partition contiguous, workers 16: smallest q whose 95 % interval reaches global's: q=0.6 "
             "(81.00 [76.03, 85.97])") in out
-    assert "partition random, workers 16: smallest q whose 95 % interval overlaps global's: q=0 " in out
+    assert "partition random, workers 16: smallest q whose 95 % interval reaches global's: q=0 " in out
     # the tolerance rule still answers: within 1.0 of 81.00 means >= 80.00
     assert "partition contiguous, workers 16: smallest q within 1.00 of global (81.00): q=0.6 (81.00)" in out
 
