@@ -9,8 +9,8 @@ process (exactly synchronous SGD with BatchNorm over each worker's local batch):
 
 `--jobs` cells run at a time; seeds already complete under `--out` are reused, so the study can
 be extended or resumed. Then it writes `<json>` (the points with 95 % intervals over seeds, the
-local-vs-global gap per cell, the smallest q whose interval overlaps global shuffling's, and how
-well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`, the curves per epoch
+local-vs-global gap per cell, the smallest q whose interval reaches global shuffling's: overlaps it
+or lies above; and how well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`, the curves per epoch
 with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
 (`q_recovery_<partition>.png`) and the quality-vs-gap plot (`quality_vs_gap.png`).
 
@@ -121,8 +121,8 @@ def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
                 curves[label(strategy)], bands[label(strategy)] = epoch_bands(out, partition, workers, strategy,
                                                                               args.seeds)
             plot_curves(curves, "validation top-1 (%)", figures / f"accuracy_{partition}_M{workers}.png",
-                        title=f"{partition} partition, M = {workers} {kind}: mean and 95 % interval over "
-                              f"{args.seeds} seeds", bands=bands)
+                        title=f"{partition}, M = {workers} {kind}: mean, 95 % band, {args.seeds} seeds",
+                        bands=bands)
         scaling, scaling_bands = {}, {}
         for strategy in args.strategies:
             mine = [r for r in result["rows"] if r["partition"] == partition and _strategy_of(r) == strategy]
@@ -150,7 +150,7 @@ def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
     r = result["quality_vs_gap"]["pearson_r"]
     plot_scatter(groups, "final shuffle quality (mixing, 1 = global)", "top-1 minus global's mean (points)",
                  figures / "quality_vs_gap.png",
-                 title=f"does shuffle quality predict the gap? Pearson r = {r} over {len(found_pairs)} runs")
+                 title=f"quality vs gap to global: Pearson r = {r}, {len(found_pairs)} runs")
 
 
 def main() -> None:
@@ -172,6 +172,9 @@ def main() -> None:
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     for strategy in args.strategies:
+        if "=" in strategy:  # `--strategies global local batch_size=4` reads the override as a strategy
+            parser.error(f"--strategies {strategy}: a Hydra override, not a strategy; put overrides after an "
+                         "option that takes one value (e.g. after --out DIR) or after --")
         strategy_overrides(strategy)  # fail on a typo before hours of training
     # one spelling per q (partial-1.0 is partial-1), so run directories and figures agree
     args.strategies = [_strategy_of({"strategy": "partial", "q": float(s.removeprefix("partial-"))})

@@ -93,3 +93,11 @@ def test_accuracy_study_refuses_one_seed():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "--seeds 1: a 95 % interval needs at least 2 seeds per point; use --seeds 3" in result.stderr
+
+
+def test_accuracy_study_names_an_override_read_as_a_strategy():
+    result = subprocess.run([sys.executable, "experiments/accuracy_study.py", "--strategies", "global", "local",
+                             "batch_size=4"], cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2
+    assert "--strategies batch_size=4: a Hydra override, not a strategy; put overrides after an option" \
+        in result.stderr
