@@ -4,9 +4,8 @@ Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recomm
 count (and first partition) the smallest exchange fraction q whose final validation score is within
 a tolerance of global shuffling's (or, without a global run, of the best run's). Where every point
 has 2 or more seeds, also the smallest q whose 95 % interval reaches global shuffling's (overlaps
-it or lies above: not worse beyond the noise). Which
-strategies lie on the q axis, which one is the reference and which the "vs LS" baseline, the
-strategy table says (`hpcshuffle.plan`).
+it or lies above: not worse beyond the noise). Which strategies lie on the q axis, which one is
+the reference and which the "vs LS" baseline, the strategy table says (`hpcshuffle.plan`).
 """
 
 from __future__ import annotations
