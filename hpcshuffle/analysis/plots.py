@@ -32,6 +32,16 @@ def save(figure, path: Path) -> None:
         raise ValueError(f"cannot write {path} ({err.strerror}); pass --plot with a writable path") from err
 
 
+def finish(figure, axes, xlabel: str, ylabel: str, title: str | None, path: Path) -> None:
+    """Label the axes, title the plot when given one, add the legend and write it to `path`."""
+    axes.set_xlabel(xlabel)
+    axes.set_ylabel(ylabel)
+    if title:
+        axes.set_title(title)
+    axes.legend(fontsize="small")
+    save(figure, path)
+
+
 def plot_imbalance(results: list[ImbalanceResult], path: Path) -> None:
     """Box plot of the per-step imbalance, grouped by node count and coloured by local batch (Fig. 6)."""
     from matplotlib import colormaps
@@ -135,12 +145,7 @@ def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path, xl
         axes.set_xticks(xs, [str(x) for x in xs])
     elif all(isinstance(x, int) for x in xs):
         axes.xaxis.set_major_locator(MaxNLocator(integer=True))  # epochs: no half epochs on the axis
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    if title:
-        axes.set_title(title)
-    axes.legend(fontsize="small")
-    save(figure, path)
+    finish(figure, axes, xlabel, ylabel, title, path)
 
 
 def plot_scatter(groups: dict[str, list[tuple[float, float]]], xlabel: str, ylabel: str, path: Path,
@@ -153,9 +158,4 @@ def plot_scatter(groups: dict[str, list[tuple[float, float]]], xlabel: str, ylab
         if pairs:
             axes.scatter([x for x, _ in pairs], [y for _, y in pairs], label=label, alpha=0.7)
     axes.axhline(0.0, color="grey", linewidth=0.8)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel(ylabel)
-    if title:
-        axes.set_title(title)
-    axes.legend(fontsize="small")
-    save(figure, path)
+    finish(figure, axes, xlabel, ylabel, title, path)
