@@ -46,7 +46,8 @@ import sys
 from dataclasses import replace
 
 import numpy as np
-from shared_io import Source, make_cold, pass_table, read_pass, shared_dataset, steady  # benchmarks/shared_io.py
+from shared_io import (Source, check_counts, make_cold, pass_table, read_options, read_pass,  # benchmarks/shared_io.py
+                       shared_dataset, steady)
 
 from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.formats import webdataset
@@ -98,22 +99,15 @@ def quality_table(args: argparse.Namespace, sample_bytes: float) -> list[str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--samples", type=int, default=2000)
-    parser.add_argument("--size", type=int, default=352, help="image side; 352: ~107 KB JPEGs (ImageNet ~110 KB)")
+    read_options(parser)
     parser.add_argument("--shard-samples", type=int, default=100, help="images per tar shard")
-    parser.add_argument("--passes", type=int, default=3, help="epochs over the samples; pass 1 is cold")
-    parser.add_argument("--threads", type=int, default=1, help="reads in flight at once")
-    parser.add_argument("--repeats", type=int, default=3, help="rounds of all three sources")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--workers", type=int, default=4, help="ranks of the quality comparison")
     parser.add_argument("--q", type=float, default=0.3, help="PLS exchange fraction of the quality comparison")
     parser.add_argument("--epochs", type=int, default=5, help="epochs of the quality comparison")
     parser.add_argument("--batch", type=int, default=32, help="b of the quality comparison")
     args = parser.parse_args()
-    for name in ("samples", "shard_samples", "passes", "threads", "repeats", "workers", "epochs", "batch"):
-        least = 2 if name == "passes" else 1
-        if getattr(args, name) < least:
-            parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+    check_counts(parser, args,
+                 ("samples", "shard_samples", "passes", "threads", "repeats", "workers", "epochs", "batch"))
 
     mount, found = shared_mount(start=True)
     if mount is None:

@@ -164,19 +164,30 @@ def spread(values: list[float]) -> str:
     return f"{min(values):.0f}-{max(values):.0f}"
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def read_options(parser: argparse.ArgumentParser) -> None:
+    """The options of a read comparison, shared with benchmarks/shards.py."""
     parser.add_argument("--samples", type=int, default=2000)
     parser.add_argument("--size", type=int, default=352, help="image side; 352: ~107 KB JPEGs (ImageNet ~110 KB)")
     parser.add_argument("--passes", type=int, default=3, help="epochs over the samples; pass 1 is cold")
     parser.add_argument("--threads", type=int, default=1, help="reads in flight at once")
     parser.add_argument("--repeats", type=int, default=3, help="rounds of all three sources")
-    parser.add_argument("--local-dir", default=os.environ.get("TMPDIR", "/tmp"), help="where the store goes")
     parser.add_argument("--seed", type=int, default=0)
+
+
+def check_counts(parser: argparse.ArgumentParser, args: argparse.Namespace, names: Sequence[str]) -> None:
+    """Refuse a count below 1 (--passes below 2: pass 1 is cold), naming the option."""
+    for name in names:
+        least = 2 if name == "passes" else 1
+        if getattr(args, name) < least:
+            parser.error(f"--{name.replace('_', '-')} must be >= {least}, got {getattr(args, name)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    read_options(parser)
+    parser.add_argument("--local-dir", default=os.environ.get("TMPDIR", "/tmp"), help="where the store goes")
     args = parser.parse_args()
-    for name in ("samples", "passes", "threads", "repeats"):
-        if getattr(args, name) < (2 if name == "passes" else 1):
-            parser.error(f"--{name} must be >= {2 if name == 'passes' else 1}, got {getattr(args, name)}")
+    check_counts(parser, args, ("samples", "passes", "threads", "repeats"))
 
     mount, found = shared_mount(start=True)
     if mount is None:
