@@ -273,7 +273,10 @@ class Scheduler:
         self._finish_writes()
         self.store.sync()
         chaos.point(self.rank, self.plan.epoch if self.plan else -1, "before_barrier")
-        self.transport.comm.Barrier()
+        # MPI's blocking barrier spins a core while it waits: with more ranks than cores that
+        # core is taken from the ranks still writing. A polled Ibarrier sleeps between tests.
+        barrier = self.transport.comm.Ibarrier()
+        self.transport.wait(barrier.Test, self._stall_report)
 
     def _abandon(self) -> None:
         if self._what is None:
