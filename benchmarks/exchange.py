@@ -6,9 +6,16 @@ rank fills a fresh store with its plan's partition, runs the epoch's exchange wi
 between (scheduling, communicate per iteration, synchronize, clean_local_storage and the
 deletes it leaves to the writer thread: reads, checks, writes, the flush and the deletes
 included), and then the `Alltoallv` (the fastest of
-three). Prints samples/s and GB/s of both, their ratio, and the CPU per moved sample of the
-training thread and of the whole process (the exchange's own threads included). Last line:
+three), and the same messages as the Scheduler's (one per peer and iteration) as Isend/Irecv
+between buffers in memory (the fastest of three: what point-to-point MPI gives this pattern).
+Prints samples/s and GB/s, the ratios, and the CPU per moved sample of the training thread and
+of the whole process (the exchange's own threads included). Last line:
 `exchange/Alltoallv ratio (100 KB, q 0.3, tmpfs): X`.
+
+Above it, a bound on that ratio for this machine: every moved sample is written into a store
+once and read out once (their cost per 100 KB sample measured here, back to back in one file)
+on one of the cores, and its messages take at least their point-to-point time. With 4 ranks on
+2 cores that bound is about 0.13-0.16, whatever the exchange does.
 
 Also measured, in the same run: what this machine's kernel charges to create and write, read and
 unlink one 100 KB file on tmpfs, one after another: most of it is the bytes (a write allocates
@@ -82,6 +89,7 @@ def one_config(comm, kind: str, size: int, q: float, bytes_per_rank: int, batch:
             shutil.rmtree(root, ignore_errors=True)
 
     moves = plan.exchange
+    point_to_point = min(replay(comm, moves, size) for _ in range(3))
     send_counts = np.bincount(moves.dst[moves.src == rank], minlength=ranks) * size
     recv_counts = np.bincount(moves.src[moves.dst == rank], minlength=ranks) * size
     if max(send_counts.sum(), recv_counts.sum()) >= 1 << 31:
@@ -98,9 +106,35 @@ def one_config(comm, kind: str, size: int, q: float, bytes_per_rank: int, batch:
         "moved": comm.allreduce(received),
         "exchange_s": comm.allreduce(elapsed, op=MPI.MAX),
         "alltoallv_s": ceiling,
+        "p2p_s": point_to_point,
         "thread_cpu_s": comm.allreduce(thread_cpu),
         "process_cpu_s": comm.allreduce(process_cpu),
     }
+
+
+def replay(comm, moves, size: int) -> float:
+    """Seconds to move the Scheduler's messages (one per peer and iteration, the same bytes) as
+    point-to-point MPI between buffers already in memory: no store, no threads, no checks."""
+    from mpi4py import MPI
+
+    rank = comm.Get_rank()
+    sends, receives = moves.sends_of(rank), moves.receives_of(rank)
+    messages = {}
+    for name, rows, peers in (("send", sends, moves.dst[sends]), ("recv", receives, moves.src[receives])):
+        keys, counts = np.unique(np.stack([moves.iteration[rows], peers]), axis=1, return_counts=True)
+        messages[name] = [(int(peer), int(count) * size) for peer, count in zip(keys[1], counts)]
+    largest = max((nbytes for _, nbytes in messages["send"]), default=0)
+    send = np.ones(largest, np.uint8)  # every send reads the same touched bytes; MPI allows that
+    received = sum(nbytes for _, nbytes in messages["recv"])
+    recv = np.ones(received, np.uint8)  # touched: a store's pool of buffers is warm too
+    starts = np.concatenate([[0], np.cumsum([nbytes for _, nbytes in messages["recv"]])])
+    comm.Barrier()
+    start = MPI.Wtime()
+    requests = [comm.Irecv([recv[starts[i] : starts[i + 1]], MPI.BYTE], source=peer, tag=3)
+                for i, (peer, _) in enumerate(messages["recv"])]
+    requests += [comm.Isend([send[:nbytes], MPI.BYTE], dest=peer, tag=3) for peer, nbytes in messages["send"]]
+    MPI.Request.Waitall(requests)
+    return comm.allreduce(MPI.Wtime() - start, op=MPI.MAX)
 
 
 def worker(args: argparse.Namespace) -> None:
@@ -144,13 +178,35 @@ def file_floor(size: int, directory: str, files: int = 500) -> dict[str, float]:
     return {name: seconds / files * 1e6 for name, seconds in times.items()}
 
 
+def byte_floor(size: int, directory: str, samples: int = 500) -> dict[str, float]:
+    """µs per `size`-byte sample to write samples back to back into one file and read them back:
+    what a pack store pays per moved sample at the least, once per file creation is amortised."""
+    data, buffer = os.urandom(size), bytearray(size)
+    fd, path = tempfile.mkstemp(prefix="hpcshuffle-bench-bytes-", dir=directory)
+    times = {}
+    try:
+        start = time.perf_counter()
+        for _ in range(samples):
+            os.write(fd, data)
+        times["write"] = time.perf_counter() - start
+        start = time.perf_counter()
+        for i in range(samples):
+            os.preadv(fd, [buffer], i * size)
+        times["read"] = time.perf_counter() - start
+    finally:
+        os.close(fd)
+        os.unlink(path)
+    return {name: seconds / samples * 1e6 for name, seconds in times.items()}
+
+
 def span(values: list[float], fmt: str) -> str:
     return f"{format(statistics.median(values), fmt)} [{format(min(values), fmt)}-{format(max(values), fmt)}]"
 
 
-def report(rows: list[dict], floor: dict[str, float]) -> None:
+def report(rows: list[dict], floor: dict[str, float], bytes_floor: dict[str, float]) -> None:
     print(f"{'store':6s} {'size':>6s} {'q':>4s} {'moved':>6s} {'exchange/s [range]':>24s} {'GB/s':>5s} "
-          f"{'Alltoallv/s':>12s} {'GB/s':>6s} {'ratio [range]':>21s} {'thread µs':>9s} {'process µs':>10s}")
+          f"{'Alltoallv/s':>12s} {'GB/s':>6s} {'ratio [range]':>21s} {'p2p/s':>8s} {'/p2p':>5s} "
+          f"{'thread µs':>9s} {'process µs':>10s}")
     headline = None
     groups: dict[tuple, list[dict]] = {}
     for row in rows:
@@ -160,16 +216,30 @@ def report(rows: list[dict], floor: dict[str, float]) -> None:
         rates = [run["moved"] / run["exchange_s"] for run in runs]
         ceiling = statistics.median(run["moved"] / run["alltoallv_s"] for run in runs)
         ratios = [run["alltoallv_s"] / run["exchange_s"] for run in runs]
+        point_to_point = statistics.median(run["moved"] / run["p2p_s"] for run in runs)
+        to_p2p = statistics.median(run["p2p_s"] / run["exchange_s"] for run in runs)
         thread_us = statistics.median(run["thread_cpu_s"] / run["moved"] * 1e6 for run in runs)
         process_us = statistics.median(run["process_cpu_s"] / run["moved"] * 1e6 for run in runs)
         print(f"{kind:6s} {SIZES.get(size, size):>6s} {q:4.1f} {moved:6d} {span(rates, '.0f'):>24s} "
               f"{statistics.median(rates) * size / 1e9:5.2f} {ceiling:12.0f} {ceiling * size / 1e9:6.1f} "
-              f"{span(ratios, '.3f'):>21s} {thread_us:9.0f} {process_us:10.0f}")
+              f"{span(ratios, '.3f'):>21s} {point_to_point:8.0f} {to_p2p:5.2f} {thread_us:9.0f} {process_us:10.0f}")
         if (kind, size, q) == HEADLINE:
             headline = statistics.median(ratios)
+            # a bound, not a model: every moved sample is written once and read once on one of
+            # this machine's cores, and the messages take at least their point-to-point time
+            cores = len(os.sched_getaffinity(0))
+            least_s = [moved * sum(bytes_floor.values()) * 1e-6 / cores + run["p2p_s"] for run in runs]
+            bound = statistics.median(run["alltoallv_s"] / least for run, least in zip(runs, least_s))
+    print("p2p/s: the same messages as Isend/Irecv between buffers in memory (no store, threads or checks); "
+          "/p2p: the exchange's rate over that")
     print("thread µs / process µs: CPU per moved sample of the training thread / of the whole process")
     print(f"one {SIZES[102400]} file on tmpfs here (one thread): "
           + ", ".join(f"{name} {us:.0f} µs" for name, us in floor.items()))
+    print(f"{SIZES[102400]} samples back to back in one file on tmpfs: "
+          + ", ".join(f"{name} {us:.0f} µs" for name, us in bytes_floor.items()))
+    if headline is not None:
+        print(f"at most {bound:.3f} of the Alltoallv (100 KB, q 0.3, tmpfs) on this machine's {cores} cores: the time "
+              "to write and read every moved sample once, with no other work, plus the messages' p2p time")
     print("exchange/Alltoallv ratio (100 KB, q 0.3, tmpfs): "
           + (f"{headline:.3f}" if headline is not None else "not measured (add --sizes 102400 --qs 0.3 --stores tmpfs)"))
 
@@ -195,13 +265,13 @@ def main() -> None:
         worker(args)
         return
 
-    floor = file_floor(102400, STORES["tmpfs"])
+    floor, bytes_floor = file_floor(102400, STORES["tmpfs"]), byte_floor(102400, STORES["tmpfs"])
     mpiexec = Path(sys.executable).parent / "mpiexec"
     command = [str(mpiexec), "-n", str(args.ranks), sys.executable, __file__, "--worker", *sys.argv[1:]]
     result = subprocess.run(command, stdout=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
     if result.returncode != 0:
         sys.exit(f"the benchmark job failed (exit status {result.returncode}); its errors are above")
-    report([json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")], floor)
+    report([json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")], floor, bytes_floor)
 
 
 if __name__ == "__main__":

@@ -143,3 +143,7 @@ def test_exchange_benchmark_prints_its_ratio_last():
     lines = result.stdout.strip().splitlines()
     assert [row.split()[:3] for row in lines[1:3]] == [["tmpfs", "4", "KB"], ["tmpfs", "100", "KB"]], lines
     assert re.fullmatch(r"exchange/Alltoallv ratio \(100 KB, q 0\.3, tmpfs\): \d+\.\d{3}", lines[-1]), lines[-1]
+    assert "p2p/s" in lines[0], lines[0]  # the same messages point to point, measured in the same job
+    bound = re.match(r"at most (\d+\.\d{3}) of the Alltoallv \(100 KB, q 0\.3, tmpfs\) on this machine's \d+ cores",
+                     lines[-2])
+    assert bound and 0 < float(bound.group(1)) <= 1, lines[-2]
