@@ -47,6 +47,7 @@ def train(args: argparse.Namespace, out: Path, name: str, ranks: int, extra: lis
         "losses": [loss for record in records for loss in record["step_loss"]],
         "trained": {(a["epoch"], a["rank"]): a["trained"] for a in audits},
         "val": records[-1]["val_top1"],
+        "sent": [record["samples"]["sent"] for record in records],
     }
 
 
@@ -82,6 +83,7 @@ def main() -> None:
               f"{abs(one - real):>10.2e}")
     same = mpi["trained"] == sim["trained"] == chunked["trained"]
     print(f"same samples per worker, step and epoch: {'yes' if same else 'NO'}")
+    print(f"samples sent per epoch: mpi {mpi['sent']}, virtual {sim['sent']}, virtual chunk=1 {chunked['sent']}")
     print(f"final validation top-1: mpi {mpi['val']:.4f} %, virtual {sim['val']:.4f} %, "
           f"virtual chunk=1 {chunked['val']:.4f} %")
     if len(sim["losses"]) != steps or len(chunked["losses"]) != steps:

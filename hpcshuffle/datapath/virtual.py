@@ -1,11 +1,13 @@
 """Virtual workers' data path: one process trains the union of M workers' local batches of the
-M-worker plan (simulate.py), read from shared storage: it simulates the training, not the I/O."""
+M-worker plan (simulate.py), read from shared storage: it simulates the training, not the I/O.
+It records the samples the M workers would send each other, counted from the plan."""
 
 from __future__ import annotations
 
 from hpcshuffle.config import RunConfig
 from hpcshuffle.datapath.base import DataPath, RunContext
 from hpcshuffle.errors import ConfigError
+from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan
 from hpcshuffle.simulate import split_by_worker, virtual_order
 from hpcshuffle.world import World
@@ -30,6 +32,13 @@ class VirtualPath(DataPath):
 
     def set_order(self, plan: EpochPlan, first_step: int) -> None:
         self.order.set_order(virtual_order(plan, first_step), plan.epoch)
+
+    def end_epoch(self, stopped: int | None, row: RankEpoch) -> None:
+        # what the M workers would have sent each other (moves and loans), as M real ranks count it;
+        # an epoch stopped early counts nothing (nothing is moved for real to count up to the stop)
+        if stopped is None:
+            row.samples["sent"] = sum(self.plan.sent_counts())
+            row.samples["received"] = sum(self.plan.received_counts())
 
     def audit(self, trained: list[int]) -> list[tuple[list[int], list[int]]]:
         return list(zip((ids.tolist() for ids in self.plan.held), split_by_worker(trained, self.spec)))

@@ -20,6 +20,9 @@ def test_four_virtual_workers_train_as_four_ranks_do(tmp_path):
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
     lines = result.stdout.strip().splitlines()
     assert "same samples per worker, step and epoch: yes" in lines
+    sent = re.search(r"samples sent per epoch: mpi (\[.*?\]), virtual (\[.*?\]), virtual chunk=1 (\[.*?\])",
+                     result.stdout)
+    assert sent and len(set(sent.groups())) == 1 and sent.group(1) != "[0, 0]", result.stdout  # lent, as counted
     assert len([line for line in lines if re.match(r"\s+\d+\s", line)]) == 16  # 2 epochs of 8 steps
     scores = re.search(r"mpi ([\d.]+) %, virtual ([\d.]+) %, virtual chunk=1 ([\d.]+) %", result.stdout)
     assert scores and len(set(scores.groups())) == 1, result.stdout
