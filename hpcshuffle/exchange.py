@@ -273,10 +273,9 @@ class Scheduler:
         self._finish_writes()
         self.store.sync()
         chaos.point(self.rank, self.plan.epoch if self.plan else -1, "before_barrier")
-        # MPI's blocking barrier spins a core while it waits: with more ranks than cores that
-        # core is taken from the ranks still writing. A polled Ibarrier sleeps between tests.
-        barrier = self.transport.comm.Ibarrier()
-        self.transport.wait(barrier.Test, self._stall_report)
+        self.transport.barrier(lambda: (
+            f"rank {self.rank}: ranks did not reach the end of {self._what} within "
+            f"{self.transport.timeout_s:.0f} s of this one; a peer has likely died or hung; check its log"))
 
     def _abandon(self) -> None:
         if self._what is None:

@@ -8,6 +8,7 @@ Each owner frames a header of its own, which its receiver checks against the pla
     transport.send(dst, message)                # ...and send it without another copy
     transport.poll()                            # take in what arrived, deliver whole messages
     transport.wait(done, stall_report)          # poll until done(); the stall watchdog
+    transport.barrier(stall_report)             # every rank here, without spinning a core
     transport.drain(barrier, stall_report)      # finish posted sends (barrier: everyone's)
 
 Message buffers come from a pool (`Buffers`) and go back to it once sent, or once the owner
@@ -205,6 +206,21 @@ class Transport:
                 raise ExchangeError(stall_report())
             else:
                 time.sleep(POLL_INTERVAL_S)
+
+    def barrier(self, stall_report: Callable[[], str]) -> None:
+        """Wait until every rank reaches this call; after `timeout_s` raise ExchangeError(stall_report()).
+
+        MPI_Barrier spins a core while it waits, which, with more ranks than cores, is taken from
+        the ranks still working; this tests an Ibarrier and sleeps in between. It takes nothing
+        in meanwhile: a rank that has left the barrier may already be sending the next epoch's
+        messages, which this epoch's receiver would reject as unplanned.
+        """
+        request = self.comm.Ibarrier()
+        deadline_s = time.monotonic() + self.timeout_s
+        while not request.Test():
+            if time.monotonic() > deadline_s:
+                raise ExchangeError(stall_report())
+            time.sleep(POLL_INTERVAL_S)
 
     def drain(self, barrier: bool, stall_report: Callable[[], str]) -> None:
         """Finish this rank's posted sends, delivering whatever arrives meanwhile.

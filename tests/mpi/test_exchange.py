@@ -23,3 +23,30 @@ def test_transfers_match_plan_byte_for_byte(tmp_path, shuffle, ranks, max_messag
     assert result.returncode == 0, result.stderr[-3000:]
     moved = int(result.stdout.split("exchange ok: ")[1].split()[0])
     assert moved > 0
+
+
+BARRIER_PROBE = """
+import time
+from mpi4py import MPI
+from hpcshuffle.transport import Transport
+delivered = []
+transport = Transport(MPI.COMM_WORLD, 5, lambda source, header, payload: delivered.append(source), timeout_s=30)
+if transport.rank == 1:
+    transport.post(0, b"next epoch", b"payload")
+    time.sleep(0.5)  # rank 0 waits at the barrier meanwhile
+transport.barrier(lambda: "never reached")
+if transport.rank == 0:
+    print("delivered during the barrier:", len(delivered))
+transport.drain(barrier=True, stall_report=lambda: "never drained")
+if transport.rank == 0:
+    print("delivered after:", len(delivered))
+transport.close()
+"""
+
+
+def test_the_epochs_barrier_takes_nothing_in():
+    # a rank that left the barrier may already send the next epoch's messages: a rank still
+    # waiting must not take them in as this epoch's (its Scheduler would call them unplanned)
+    result = run_mpi(2, ["-c", BARRIER_PROBE], 60)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "delivered during the barrier: 0" in result.stdout and "delivered after: 1" in result.stdout, result.stdout
