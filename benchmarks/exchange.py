@@ -15,7 +15,7 @@ of the whole process (the exchange's own threads included). Last line:
 Above it, a bound on that ratio for this machine: every moved sample is written into a store
 once and read out once (their cost per 100 KB sample measured here, back to back in one file)
 on one of the cores, and its messages take at least their point-to-point time. With 4 ranks on
-2 cores that bound is about 0.13-0.16, whatever the exchange does.
+2 cores that bound was 0.13-0.20 in our runs, whatever the exchange does.
 
 Also measured, in the same run: what this machine's kernel charges to create and write, read and
 unlink one 100 KB file on tmpfs, one after another: most of it is the bytes (a write allocates
