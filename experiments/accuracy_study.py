@@ -10,8 +10,8 @@ process (exactly synchronous SGD with BatchNorm over each worker's local batch):
 `--jobs` cells run at a time; seeds already complete under `--out` are reused, so the study can
 be extended or resumed. Then it writes `<json>` (the points with 95 % intervals over seeds, the
 local-vs-global gap per cell, the smallest q whose interval reaches global shuffling's: overlaps it
-or lies above; and how well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`, the curves per epoch
-with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
+or lies above; and how well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`,
+the curves per epoch with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
 (`q_recovery_<partition>.png`) and the quality-vs-gap plot (`quality_vs_gap.png`).
 
     python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]

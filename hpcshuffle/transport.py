@@ -196,11 +196,14 @@ class Transport:
                 progressed = True
         return progressed
 
-    def wait(self, done: Callable[[], bool], stall_report: Callable[[], str]) -> None:
-        """Poll until `done()`; after `timeout_s` without progress raise ExchangeError(stall_report())."""
+    def wait(self, done: Callable[[], bool], stall_report: Callable[[], str], take_in: bool = True) -> None:
+        """Poll until `done()`; after `timeout_s` without progress raise ExchangeError(stall_report()).
+
+        Without `take_in`, only `done()` is tested between sleeps: nothing is received meanwhile.
+        """
         last_progress_s = time.monotonic()
         while not done():
-            if self.poll():
+            if take_in and self.poll():
                 last_progress_s = time.monotonic()
             elif time.monotonic() - last_progress_s > self.timeout_s:
                 raise ExchangeError(stall_report())
@@ -215,12 +218,7 @@ class Transport:
         in meanwhile: a rank that has left the barrier may already be sending the next epoch's
         messages, which this epoch's receiver would reject as unplanned.
         """
-        request = self.comm.Ibarrier()
-        deadline_s = time.monotonic() + self.timeout_s
-        while not request.Test():
-            if time.monotonic() > deadline_s:
-                raise ExchangeError(stall_report())
-            time.sleep(POLL_INTERVAL_S)
+        self.wait(self.comm.Ibarrier().Test, stall_report, take_in=False)
 
     def drain(self, barrier: bool, stall_report: Callable[[], str]) -> None:
         """Finish this rank's posted sends, delivering whatever arrives meanwhile.
