@@ -39,20 +39,8 @@ DIRECT_IO=${HPCSHUFFLE_SHARED_DIRECT_IO:-1}
 VOLUME=hpcshuffle
 BRICK=$STATE/brick
 LOG=$STATE/log
-# volume options: the client's caches off, a dead server noticed within seconds
-OPTIONS=(
-    performance.io-cache off
-    performance.read-ahead off
-    performance.quick-read off
-    performance.stat-prefetch off
-    performance.md-cache-timeout 0
-    performance.open-behind off
-    performance.readdir-ahead off
-    performance.nl-cache off
-    performance.parallel-readdir off
-    performance.write-behind off
-    network.ping-timeout 10
-)
+# volume options: the client's caches off, a dead server noticed within seconds (shared with cluster.sh)
+source "$(dirname "${BASH_SOURCE[0]}")/gluster_options.sh"
 
 say() { echo "shared_fs: $*" >&2; }
 die() { say "$*"; exit 1; }
