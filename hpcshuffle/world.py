@@ -2,8 +2,8 @@
 
 mpi4py's COMM_WORLD is the source of truth, so the same code runs under `mpiexec`, under
 `srun --mpi=pmi2` and as a single process (an MPI singleton). Launches where that truth is
-wrong — srun without PMI-2, torchrun — are recognised from their environment and refused with
-the fix: each process would otherwise be a job of one, training alone.
+wrong — srun without PMI-2, torchrun, an mpiexec of another MPI — are recognised from their
+environment and refused with the fix: each process would otherwise be a job of one, training alone.
 """
 
 from __future__ import annotations
@@ -39,26 +39,44 @@ class World:
 
 
 def launched_tasks(environ: Mapping[str, str]) -> tuple[str, int]:
-    """(launcher, processes it started) from the environment: srun, torchrun, or MPI's own."""
+    """(launcher, processes it started) from the environment: MPICH's mpiexec, srun, torchrun, or MPI's own.
+
+    MPICH's mpiexec (hydra) starts one proxy per node, through `srun` inside a Slurm allocation,
+    and the proxy starts the node's ranks: they inherit the proxies' srun step (as many tasks as
+    nodes), so hydra's own variables are looked at first.
+    """
+    if "HYDI_CONTROL_FD" in environ:  # set by hydra's proxy in every rank it starts
+        return "mpiexec", int(environ.get("PMI_SIZE", 0))
     if "SLURM_STEP_NUM_TASKS" in environ:  # inside an srun step (not just inside an sbatch job)
         return "srun", int(environ["SLURM_STEP_NUM_TASKS"])
     if "TORCHELASTIC_RUN_ID" in environ and "WORLD_SIZE" in environ:
         return "torchrun", int(environ["WORLD_SIZE"])
-    return "mpi", 0  # mpiexec / mpirun, or a single process: MPI knows
+    return "mpi", 0  # another mpiexec / mpirun, or a single process: MPI knows
 
 
 def check_launch(mpi_size: int, environ: Mapping[str, str]) -> None:
     """Fail with the fix when a launcher started several processes that MPI sees as separate jobs.
 
-    Every rank would otherwise train alone on the whole dataset, silently.
+    Every rank would otherwise train alone on the whole dataset, silently. The signature is an
+    MPI job smaller than what the launcher started (srun without PMI-2 makes each task a job of
+    one). A larger MPI job under srun is a process manager that srun started once per node
+    (mpiexec's proxies), each proxy starting that node's ranks: a sound launch.
     """
     launcher, tasks = launched_tasks(environ)
     if tasks <= 1 or mpi_size == tasks:
+        return
+    if launcher == "srun" and mpi_size > tasks:
         return
     if launcher == "srun":
         raise ConfigError(
             f"srun started {tasks} tasks but MPI sees a job of {mpi_size}: start them as one MPI job with "
             "`srun --mpi=pmi2 ...` (or export SLURM_MPI_TYPE=pmi2, or MpiDefault=pmi2 in slurm.conf)"
+        )
+    if launcher == "mpiexec":
+        raise ConfigError(
+            f"MPICH's mpiexec started {tasks} processes but MPI sees a job of {mpi_size}: mpi4py is built "
+            "against another MPI than this mpiexec's; launch with the mpiexec installed beside this python "
+            "(the `mpich` wheel's)"
         )
     raise ConfigError(
         f"torchrun started {tasks} processes but MPI sees a job of {mpi_size}: hpcshuffle's exchange and "

@@ -17,6 +17,9 @@ def test_launchers_are_told_apart():
     assert launched_tasks({"SLURM_NTASKS": "4"}) == ("mpi", 0)  # the batch script, not a step
     assert launched_tasks({"TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "2"}) == ("torchrun", 2)
     assert launched_tasks({}) == ("mpi", 0)
+    # MPICH's mpiexec in a 2-node allocation: srun started its 2 proxies, they started 4 ranks
+    hydra_via_srun = {"SLURM_STEP_NUM_TASKS": "2", "HYDI_CONTROL_FD": "7", "PMI_SIZE": "4", "PMI_RANK": "3"}
+    assert launched_tasks(hydra_via_srun) == ("mpiexec", 4)
 
 
 def test_matching_launches_pass():
@@ -30,6 +33,20 @@ def test_srun_without_pmi2_names_the_flag():
         check_launch(1, {"SLURM_STEP_NUM_TASKS": "4"})
 
 
+def test_mpiexec_whose_proxies_srun_started_passes():
+    """Hydra starts one proxy per node through srun: each rank inherits a step of 2 tasks (the
+    nodes) while MPI's job has 4 ranks, 2 per node."""
+    check_launch(4, {"SLURM_STEP_NUM_TASKS": "2", "HYDI_CONTROL_FD": "7", "PMI_SIZE": "4", "PMI_RANK": "1"})
+    # another MPI's launcher does the same without hydra's variables: a larger job is still sound
+    check_launch(4, {"SLURM_STEP_NUM_TASKS": "2", "SLURM_NTASKS": "4"})
+
+
+def test_mpiexec_of_another_mpi_is_refused():
+    """Hydra's ranks that MPI sees as jobs of one: mpi4py speaks another MPI than the mpiexec used."""
+    with pytest.raises(ConfigError, match=r"mpiexec started 4 processes but MPI sees a job of 1: .*beside this python"):
+        check_launch(1, {"HYDI_CONTROL_FD": "7", "PMI_SIZE": "4", "SLURM_STEP_NUM_TASKS": "2"})
+
+
 def test_torchrun_is_refused_with_the_mpi_command():
     with pytest.raises(ConfigError, match=r"torchrun started 2 processes .* `mpiexec -n 2`"):
         check_launch(1, {"TORCHELASTIC_RUN_ID": "abc", "WORLD_SIZE": "2"})
@@ -41,3 +58,4 @@ def test_the_runner_says_it_once_and_exits_2():
                             text=True, timeout=120)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("hpcshuffle: error: torchrun started 2 processes")
+
