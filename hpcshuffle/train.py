@@ -111,7 +111,7 @@ class Trainer:
             world, config, self.spec, train_catalog, codec, plan_key, first_plan, self.start_step,
             pin_memory=device.type == "cuda",
         ))
-        init_torch_distributed(world, "nccl" if device.type == "cuda" else "gloo")
+        init_torch_distributed(world, "nccl" if device.type == "cuda" else "gloo", config.world.timeout_s)
         self.learner = Learner(config, world, codec, device, virtual)
         self.global_batch = config.batch_size * self.workers
         self.sink = None

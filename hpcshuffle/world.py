@@ -182,10 +182,11 @@ def config_digest(text: str) -> str:
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 
-def init_torch_distributed(world: World, backend: str, timeout_s: float = 600) -> None:
+def init_torch_distributed(world: World, backend: str, timeout_s: float) -> None:
     """Start torch.distributed with rank/size from MPI and a fresh TCP rendezvous.
 
     Rank 0 picks a free port and broadcasts it with its address: no fixed port, no init file.
+    A collective that waits `timeout_s` on a silent peer raises (gloo; NCCL through its watchdog).
     """
     import torch.distributed as dist
 

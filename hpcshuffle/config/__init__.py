@@ -16,8 +16,8 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from hpcshuffle.config.groups import (
-    CacheConfig, CheckpointConfig, DatasetConfig, ExchangeConfig, LoaderConfig, LoggerConfig, LossConfig,
-    ModelConfig, ShuffleConfig, StorageConfig, at_least,
+    CacheConfig, CheckpointConfig, DatasetConfig, LoaderConfig, LoggerConfig, LossConfig, ModelConfig,
+    ShuffleConfig, StorageConfig, WorldConfig, at_least,
 )
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.optim import OptimConfig
@@ -29,7 +29,7 @@ PRECISIONS = ("fp32", "bf16")
 GROUPS = {
     "shuffle": ShuffleConfig, "dataset": DatasetConfig, "optim": OptimConfig, "storage": StorageConfig,
     "loader": LoaderConfig, "cache": CacheConfig, "checkpoint": CheckpointConfig, "logger": LoggerConfig,
-    "exchange": ExchangeConfig, "loss": LossConfig,
+    "world": WorldConfig, "loss": LossConfig,
 }
 SCHEMA_GROUPS = ("shuffle", "dataset", "optim", "storage", "loader", "cache", "checkpoint", "logger")
 for _group in SCHEMA_GROUPS:
@@ -50,7 +50,7 @@ class RunConfig:
     cache: CacheConfig = field(default_factory=CacheConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     logger: LoggerConfig = field(default_factory=LoggerConfig)
-    exchange: ExchangeConfig = field(default_factory=ExchangeConfig)
+    world: WorldConfig = field(default_factory=WorldConfig)
     loss: LossConfig = field(default_factory=LossConfig)
     device: str = "cpu"
     precision: str = "fp32"
@@ -198,6 +198,6 @@ def plain(value):
 
 
 __all__ = [
-    "CacheConfig", "CheckpointConfig", "DatasetConfig", "ExchangeConfig", "LoaderConfig", "LoggerConfig",
-    "LossConfig", "ModelConfig", "RunConfig", "ShuffleConfig", "StorageConfig", "resolved_yaml",
+    "CacheConfig", "CheckpointConfig", "DatasetConfig", "LoaderConfig", "LoggerConfig", "LossConfig",
+    "ModelConfig", "RunConfig", "ShuffleConfig", "StorageConfig", "WorldConfig", "resolved_yaml",
 ]

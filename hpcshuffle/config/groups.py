@@ -239,10 +239,23 @@ class LoggerConfig:
 
 
 @dataclass
-class ExchangeConfig:
-    """How long an exchange, a loan or staging from peers may make no progress before it fails."""
+class WorldConfig:
+    """The job's ranks as a whole (README "Preemption and recovery").
+
+    Attributes:
+        timeout_s: how long a rank waits on its peers without progress — in a torch.distributed
+            collective (the gradient allreduce), an exchange, a loan, staging from peers — before
+            it ends the job naming the rank that did not answer, with an exit code a job script
+            requeues on (checkpoint.PEER_LOST_EXIT_CODE).
+    """
 
     timeout_s: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.timeout_s > 0:  # NaN too
+            raise ConfigError(
+                f"world.timeout_s must be > 0 seconds (how long a rank waits on a silent peer), got {self.timeout_s}"
+            )
 
 
 @dataclass

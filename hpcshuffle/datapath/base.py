@@ -120,7 +120,7 @@ def open_store(run: RunContext, root: Path, target_ids: np.ndarray | range, head
     stage_stores(
         run.world, [store], [target_ids], run.catalog, headroom=headroom, threads=storage.threads,
         max_bytes=storage.max_bytes, copy=storage.stage, progress=run.config.progress,
-        timeout_s=run.config.exchange.timeout_s,
+        timeout_s=run.config.world.timeout_s,
     )
     store.commit(run.first_plan.epoch, run.plan_key)
     return store

@@ -13,7 +13,7 @@ from hpcshuffle.plan import EpochPlan
 class ExchangePath(StorePath):
     def __init__(self, run: RunContext) -> None:
         super().__init__(run)
-        self.scheduler = Scheduler(self.world.comm, self.store, run.plan_key, run.config.exchange.timeout_s)
+        self.scheduler = Scheduler(self.world.comm, self.store, run.plan_key, run.config.world.timeout_s)
 
     def start_epoch(self, plan: EpochPlan, first_step: int, row: RankEpoch) -> None:
         super().start_epoch(plan, first_step, row)

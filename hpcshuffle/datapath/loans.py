@@ -18,7 +18,7 @@ class LoanPath(StorePath):
         # a loan must be sent before the loader asks for it: cover the DataLoader's look-ahead
         # (2 batches per worker process) and the batch being assembled
         ahead = max(config.shuffle.ahead, 2 * config.loader.workers + 2)
-        self.lender = Lender(self.world.comm, self.store, ahead, config.exchange.timeout_s)
+        self.lender = Lender(self.world.comm, self.store, ahead, config.world.timeout_s)
         self.waited_s = 0.0  # of the lender's wait, what is already counted as exchange time
 
     def set_order(self, plan: EpochPlan, first_step: int) -> None:

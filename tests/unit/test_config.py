@@ -81,6 +81,9 @@ def test_paper_recipes():
         ("shuffle=locality shuffle.buffer=64", "but shuffle=locality trains on global batches"),
         ("storage.partition=sorted", r"storage.partition must be one of \('random', 'contiguous'\), got 'sorted'"),
         ("storage.ranks_per_node=0", "storage.ranks_per_node must be >= 1"),
+        ("world.timeout_s=0", r"world.timeout_s must be > 0 seconds .*, got 0"),
+        ("world.timeout_s=-5", r"world.timeout_s must be > 0 seconds .*, got -5"),
+        ("+exchange.timeout_s=60", "exchange is not a setting of the config"),
     ],
 )
 def test_bad_settings_are_named(override, message):
