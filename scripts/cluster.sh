@@ -9,6 +9,7 @@
 #   bash scripts/cluster.sh up [--nodes K] [--link RATE] [--storage-link RATE] [--storage-latency-ms MS]
 #   bash scripts/cluster.sh run -- sbatch --wait -N 2 --ntasks-per-node 2 jobs/train.sbatch ...
 #   bash scripts/cluster.sh status
+#   bash scripts/cluster.sh counters     # per host: bytes received and sent on its link ("host rx tx")
 #   bash scripts/cluster.sh down
 #
 # Faults, for the cluster tests and for trying a job's recovery by hand:
@@ -423,6 +424,15 @@ run() {
     inside ctl env SLURM_CONF=/etc/slurm/slurm.conf bash -c 'cd "$1" && shift && exec "$@"' run "$PWD" "$@"
 }
 
+counters() {  # bytes received and sent on each host's link, read through netlink (no traffic)
+    is_up || die "no cluster is up"
+    local host
+    for host in $(hosts); do
+        printf '%s %s\n' "$host" \
+            "$(ip -n "${NS}$host" -s -j link show eth0 | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]; print(s["rx"]["bytes"], s["tx"]["bytes"])')"
+    done
+}
+
 crash() {
     local node=${1:?crash NODE}
     holder_alive "$node" || die "$node is not up"
@@ -497,12 +507,13 @@ case "${1:-}" in
     down) down ;;
     status) status ;;
     run) shift; [ "${1:-}" = -- ] && shift; [ $# -gt 0 ] || die "run: give a command, e.g. run -- sinfo"; run "$@" ;;
+    counters) counters ;;
     crash) need_root; crash "${2:-}" ;;
     link) need_root; link "${2:-}" "${3:-}" ;;
     storage) need_root; storage "${2:-}" ;;
     _root) _root ;;
     _holder) _holder "$2" ;;
     *) echo "usage: $0 up [--nodes K] [--link RATE] [--storage-link RATE] [--storage-latency-ms MS] | status | down" \
-            "| run -- CMD... | crash NODE | link NODE down|up | storage stop|start" >&2
+            "| run -- CMD... | counters | crash NODE | link NODE down|up | storage stop|start" >&2
        exit 2 ;;
 esac
