@@ -113,12 +113,17 @@ shape() {
 }
 
 check_rate() {  # fail before building anything when tc refuses a rate
-    local rate=$1 flag=$2 out
+    local rate=$1 flag=$2 out rc=0
     [ "$rate" = none ] && return
     ip netns add "${NS}probe"
-    out=$(ip netns exec "${NS}probe" tc qdisc add dev lo root tbf rate "$rate" burst "$BURST" latency 20ms 2>&1) \
-        || { ip netns del "${NS}probe"; die "tc refused $flag '$rate': $out; give a rate tc understands, e.g. 1gbit, 500mbit, or none"; }
+    out=$(ip netns exec "${NS}probe" tc qdisc add dev lo root tbf rate "$rate" burst "$BURST" latency 20ms 2>&1) || rc=$?
     ip netns del "${NS}probe"
+    unmount_netns_dir
+    [ $rc = 0 ] || die "tc refused $flag '$rate': $out; give a rate tc understands, e.g. 1gbit, 500mbit, or none"
+}
+
+unmount_netns_dir() {  # the first `ip netns add` bind-mounts /run/netns; undo it once no namespace is left
+    if mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then umount /run/netns 2>/dev/null || true; fi
 }
 
 link_host() {  # link_host HOST RATE: its namespace, a veth to the bridge, its address, shaping both ways
@@ -393,7 +398,7 @@ down() {
         ip netns del "$ns"
     done
     ip route del unreachable "$NET.0/24" 2>/dev/null || true
-    if mountpoint -q /run/netns && [ -z "$(ls -A /run/netns)" ]; then umount /run/netns 2>/dev/null || true; fi
+    unmount_netns_dir
     rmdir "$PFS" 2>/dev/null || true
     rm -f "$settings_file" "$STATE"/run/*
     rm -rf "$STATE/nodes" "$STATE/slurm"

@@ -66,18 +66,22 @@ volume_mounted() {
     [ "${what%% *}" = fuse.glusterfs ] && [ "${what##*[:/]}" = "$VOLUME" ] && timeout 10 stat -t "$MOUNT/." >/dev/null 2>&1
 }
 
-# glusterd processes running here (not zombies)
-glusterds() {
-    local pid
-    for pid in $(pgrep -x glusterd || true); do
-        if alive "$pid"; then echo "$pid"; fi
+# processes named $1 in this network namespace (not zombies): a glusterd of the namespace
+# cluster (scripts/cluster.sh) is not one this script can talk to
+ours() {
+    local pid here
+    here=$(readlink /proc/self/ns/net)
+    for pid in $(pgrep -x "$1" || true); do
+        if alive "$pid" && [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$here" ]; then echo "$pid"; fi
     done
 }
+
+glusterds() { ours glusterd; }
 
 # the FUSE client serving $MOUNT: the glusterfs process whose command line ends with the mount path
 client_pid() {
     local pid
-    for pid in $(pgrep -x glusterfs || true); do
+    for pid in $(ours glusterfs); do
         if tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | tail -1 | grep -qxF "$MOUNT"; then echo "$pid"; fi
     done
 }
@@ -85,7 +89,7 @@ client_pid() {
 # the brick process of our volume (glusterfsd --volfile-id hpcshuffle.<host>.<brick path, / as ->)
 brick_pids() {
     local pid brick=${BRICK#/}
-    for pid in $(pgrep -x glusterfsd || true); do
+    for pid in $(ours glusterfsd); do
         if tr '\0' '\n' <"/proc/$pid/cmdline" 2>/dev/null | grep -qxF "$VOLUME.$(hostname).${brick//\//-}"; then echo "$pid"; fi
     done
 }

@@ -70,8 +70,13 @@ EOF
 # start munged unless one runs; the pid of one started here goes to $STATE/munged.pid for `stop`
 start_munged() {
     local pid
-    for pid in $(pgrep -x munged || true); do
-        if alive "$pid"; then echo "using the munged already running here (pid $pid)"; return; fi
+    local here
+    here=$(readlink /proc/self/ns/net)
+    for pid in $(pgrep -x munged || true); do  # one of the namespace cluster's (cluster.sh) is not ours
+        if alive "$pid" && [ "$(readlink "/proc/$pid/ns/net")" = "$here" ]; then
+            echo "using the munged already running here (pid $pid)"
+            return
+        fi
     done
     rm -f /run/munge/munged.pid
     runuser -u munge -- /usr/sbin/munged

@@ -1,0 +1,67 @@
+"""scripts/cluster.sh refuses what cannot work, with the fix, and leaves nothing half built.
+
+The first tests need no cluster (they run before the package's fixture brings one up: pytest runs
+this file first); the last needs the running cluster.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+
+from tests.cluster.conftest import NODES, cluster_sh
+
+pytestmark = pytest.mark.cluster
+needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="cluster.sh up/run need root")
+
+
+def namespaces() -> str:
+    return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+
+
+def test_nodes_must_be_a_positive_count():
+    result = cluster_sh("up", "--nodes", "0")
+    assert result.returncode == 1
+    assert "--nodes must be a whole number from 1 to 32, got '0'" in result.stderr
+
+
+@needs_root
+def test_run_without_a_cluster_names_the_fix():
+    if cluster_sh("status").returncode == 0:
+        pytest.skip("a cluster is up already")
+    result = cluster_sh("run", "--", "sinfo")
+    assert result.returncode == 1
+    assert "no cluster is up: start one with 'bash" in result.stderr and "up' (as root)" in result.stderr
+
+
+@needs_root
+def test_a_rate_tc_refuses_is_named_before_anything_is_built():
+    if cluster_sh("status").returncode == 0:
+        pytest.skip("a cluster is up already")
+    result = cluster_sh("up", "--nodes", "2", "--link", "10zbit")
+    assert result.returncode == 1
+    assert "tc refused --link '10zbit'" in result.stderr and "e.g. 1gbit" in result.stderr
+    assert "hpcs-" not in namespaces()
+
+
+@needs_root
+def test_up_with_other_settings_while_one_is_up(nscluster):
+    result = cluster_sh("up", "--nodes", str(NODES - 1))
+    assert result.returncode == 1
+    assert "a cluster is already up with other settings (nodes=3 " in result.stderr
+    assert "down' first" in result.stderr
+    assert cluster_sh("status").returncode == 0, "the running cluster was touched"
+
+
+def test_slurm_clients_outside_the_cluster_find_no_configuration_for_it(nscluster):
+    """From the machine's own namespace the cluster's slurm.conf is not there (a tmpfs only its
+    namespaces see), and its addresses are unreachable rather than routed out of the machine."""
+    from tests.cluster.conftest import STATE
+
+    assert not (STATE / "etc" / "slurm.conf").exists()
+    route = subprocess.run(["ip", "route", "get", "10.203.57.2"], capture_output=True, text=True)
+    assert route.returncode != 0 or "unreachable" in route.stdout, route.stdout
+    inside = cluster_sh("run", "--", "cat", "/etc/slurm/slurm.conf")
+    assert "SlurmctldHost=ctl(10.203.57.2)" in inside.stdout
