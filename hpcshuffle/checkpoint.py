@@ -38,6 +38,9 @@ FIXED = ("shuffle", "num_samples", "batch_size", "q", "seed", "partition", "shar
 # what a checkpoint written before a FIXED key existed had
 BEFORE = {"partition": "random", "shard_samples": 1, "shuffle_buffer": 0}
 PREEMPT_EXIT_CODE = 75  # EX_TEMPFAIL: "try again"; jobs/train.sbatch requeues on it
+# a peer stopped answering for world.timeout_s (frozen, dead, cut off: errors.PeerLost, an exchange's
+# stall): nothing is wrong with the input, so requeue and resume from the last checkpoint as well
+PEER_LOST_EXIT_CODE = 76
 
 
 @dataclass

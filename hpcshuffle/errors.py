@@ -1,4 +1,5 @@
-"""Errors that mean "the user asked for something impossible": printed as one line, no traceback."""
+"""Errors printed as one line, no traceback: bad input (the user asked for something impossible)
+and a lost peer (the job can continue from its checkpoint once requeued)."""
 
 
 class ConfigError(ValueError):
@@ -11,3 +12,19 @@ class ConfigError(ValueError):
     def __init__(self, message: str, *, collective: bool = False) -> None:
         super().__init__(message)
         self.collective = collective
+
+
+class PeerLost(RuntimeError):
+    """A peer rank stopped answering: frozen, dead, or cut off. Nothing is wrong with the input,
+    so the job ends with an exit code its script requeues on (checkpoint.PEER_LOST_EXIT_CODE).
+
+    Attributes:
+        reporter: whether this rank prints the error; of the ranks that heard each other in the
+            roll call (peers.py), only the lowest does, instead of every survivor the same line.
+    """
+
+    FIX = "the job script requeues and resumes from the last checkpoint; or resubmit"
+
+    def __init__(self, message: str, *, reporter: bool = True) -> None:
+        super().__init__(f"{message}; {self.FIX}")
+        self.reporter = reporter

@@ -22,6 +22,7 @@ from hpcshuffle.errors import ConfigError
 from hpcshuffle.evaluate import Scores
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.optim import build_optimizer, set_learning_rate
+from hpcshuffle.peers import Peers
 from hpcshuffle.simulate import WorkerMeanLoss, fold_running_stats, ghost_batch_norm, set_local_batch
 from hpcshuffle.world import World, on_root
 
@@ -80,10 +81,13 @@ class Learner:
 
     Args:
         virtual_workers: 0, or M when this process simulates M workers.
+        peers: its collectives run inside `peers.waiting_in`: a peer that does not answer
+            within world.timeout_s raises PeerLost naming it.
     """
 
-    def __init__(self, config: RunConfig, world: World, codec: Codec, device: torch.device, virtual_workers: int) -> None:
-        self.config, self.world, self.codec, self.device = config, world, codec, device
+    def __init__(self, config: RunConfig, world: World, codec: Codec, device: torch.device, virtual_workers: int,
+                 peers: Peers) -> None:
+        self.config, self.world, self.codec, self.device, self.peers = config, world, codec, device, peers
         self.virtual = virtual_workers
         self.bf16 = config.precision == "bf16"
         self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
@@ -108,8 +112,9 @@ class Learner:
                 print(f"virtual workers: {self.virtual}, {replaced} BatchNorm layers normalise each worker's "
                       f"local batch of {self.config.batch_size}", flush=True)
         model = model.to(self.device, memory_format=self.memory_format)
-        for tensor in list(model.parameters()) + list(model.buffers()):
-            dist.broadcast(tensor.data, src=0)  # every rank starts from rank 0's initial weights
+        with self.peers.waiting_in("the broadcast of rank 0's initial weights"):
+            for tensor in list(model.parameters()) + list(model.buffers()):
+                dist.broadcast(tensor.data, src=0)  # every rank starts from rank 0's initial weights
         return model
 
     def build_loss(self) -> nn.Module | WorkerMeanLoss:
@@ -158,12 +163,14 @@ class Learner:
         return total
 
     def allreduce_and_step(self) -> None:
-        average_gradients(self.model, self.world.size)
+        with self.peers.waiting_in("the gradient allreduce"):
+            average_gradients(self.model, self.world.size)
         self.optimizer.step()
 
     @torch.no_grad()
     def validate(self, loader) -> dict[str, float]:
-        average_buffers(self.model, self.world.size)
+        with self.peers.waiting_in("the allreduce of BatchNorm statistics before validation"):
+            average_buffers(self.model, self.world.size)
         self.model.eval()
         scores = Scores(self.codec.task, self.codec.num_classes, self.device)
         for images, labels, _, _ in loader:
@@ -173,7 +180,8 @@ class Learner:
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16):
                 logits = self.model(images)
             scores.add(logits.float(), labels)
-        dist.all_reduce(scores.counts)  # on the device: NCCL reduces GPU tensors only
+        with self.peers.waiting_in("the allreduce of validation scores"):
+            dist.all_reduce(scores.counts)  # on the device: NCCL reduces GPU tensors only
         self.model.train()
         return scores.summary()
 

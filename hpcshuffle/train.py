@@ -5,7 +5,8 @@ parts — the plan, the strategy's data path (datapath/), the learner (model, op
 the checkpointer — then train epoch by epoch as the plan says, and close. The loop calls the data
 path's interface and knows no strategy. A run directory holding a checkpoint is resumed
 (checkpoint.py); SIGUSR1 / SIGTERM stop all ranks at one iteration, write a checkpoint and exit
-with code 75 so that the job script can requeue.
+with code 75 so that the job script can requeue. A peer that stops answering for world.timeout_s
+(peers.py) ends the job with code 76, which the job script requeues on as well.
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ from tqdm import tqdm
 
 from hpcshuffle import chaos
 from hpcshuffle.analysis.quality import PairMixing
-from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE, Checkpointer, Preempted, Preemption, RankState
+from hpcshuffle.checkpoint import PEER_LOST_EXIT_CODE, PREEMPT_EXIT_CODE, Checkpointer, Preempted, Preemption, RankState
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.datapath import RunContext, build_data_path
 from hpcshuffle.datapath.virtual import virtual_workers
 from hpcshuffle.dataset import prepare_dataset
-from hpcshuffle.errors import ConfigError
+from hpcshuffle.errors import ConfigError, PeerLost
 from hpcshuffle.exchange import ExchangeError
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError, ShardedCatalog
@@ -40,6 +41,7 @@ from hpcshuffle.learner import Learner, pick_device
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
 from hpcshuffle.optim import learning_rate
+from hpcshuffle.peers import Peers
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 from hpcshuffle.shared_io import describe
 from hpcshuffle.sinks import WandbSink
@@ -54,6 +56,7 @@ OmegaConf.register_new_resolver(
 
 USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
 ABORT_GRACE_S = 0.5  # how long a failing rank waits, after printing its error, before MPI_Abort
+QUIET_GRACE_S = 3.0  # ...and one that left the printing to another survivor: that one aborts first
 # absolute, so `python -m hpcshuffle.train` and the `hpcshuffle train` console script find it alike
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -112,7 +115,8 @@ class Trainer:
             pin_memory=device.type == "cuda",
         ))
         init_torch_distributed(world, "nccl" if device.type == "cuda" else "gloo", config.world.timeout_s)
-        self.learner = Learner(config, world, codec, device, virtual)
+        self.peers = Peers(world, config.world.timeout_s)
+        self.learner = Learner(config, world, codec, device, virtual, self.peers)
         self.global_batch = config.batch_size * self.workers
         self.sink = None
         if config.logger.wandb and world.is_root:
@@ -152,6 +156,7 @@ class Trainer:
                     "run the same command again (same run directory) to continue, as jobs/train.sbatch "
                     "does after requeueing"
                 )
+            self.peers.at(epoch)
             self.record(plan, row, trained, self.learner.validate(self.val_loader))
             chaos.point(world.rank, epoch, "before_checkpoint")
             every = config.checkpoint.every_epochs
@@ -174,6 +179,7 @@ class Trainer:
             steps = tqdm(range(first_step, self.spec.iterations), desc=f"epoch {plan.epoch}", leave=False,
                          disable=not (self.config.progress and self.world.is_root))
             for step in steps:
+                self.peers.at(plan.epoch, step)
                 if self.preemption.poll():
                     stopped = step
                     break
@@ -236,18 +242,28 @@ class Trainer:
         if self.sink:
             self.sink.close()
         self.data.close()
+        self.peers.close()
         if dist.is_initialized():
             dist.destroy_process_group()
 
 
 def fail(world: World, err: BaseException) -> None:
-    """Report an error and end this rank without leaving the others hanging."""
+    """Report an error and end this rank without leaving the others hanging.
+
+    Exit codes: 75 preempted and 76 a peer lost (the job script requeues on both), 2 bad input,
+    1 a bug (with its traceback).
+    """
     collective = getattr(err, "collective", False)
     if isinstance(err, Preempted):
         if world.is_root:
             print(f"hpcshuffle: {err}", file=sys.stderr, flush=True)
         sys.exit(PREEMPT_EXIT_CODE)
-    if isinstance(err, USER_ERRORS):
+    reporter = getattr(err, "reporter", True)
+    if isinstance(err, PeerLost):  # before USER_ERRORS: an exchange's stall is both
+        if reporter:
+            print(f"hpcshuffle: peer lost, on rank {world.rank}: {err}", file=sys.stderr, flush=True)
+        code = PEER_LOST_EXIT_CODE
+    elif isinstance(err, USER_ERRORS):
         if world.is_root or not collective:
             where = "" if collective else f" on rank {world.rank}"
             print(f"hpcshuffle: error{where}: {err}", file=sys.stderr, flush=True)
@@ -258,7 +274,7 @@ def fail(world: World, err: BaseException) -> None:
     if world.size > 1 and not collective:
         # mpiexec kills every rank at once on an abort, and what a rank printed just before can be
         # lost in the launcher's forwarding (1 run in 12 here): give it time to pass the message on
-        time.sleep(ABORT_GRACE_S)
+        time.sleep(ABORT_GRACE_S if reporter else QUIET_GRACE_S)
         world.comm.Abort(code)  # the other ranks may be waiting in a collective: end them too
     if os.environ.get("SUBMITIT_EXECUTOR"):
         # a job of a Slurm sweep (hydra/launcher=slurm): submitit reports a raised error as the

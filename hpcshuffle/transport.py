@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import numpy as np
 from mpi4py import MPI
 
+from hpcshuffle.errors import PeerLost
+
 MAX_MESSAGE_BYTES = 1 << 30  # 1 GiB, well below the 2 GiB int32 limit of MPI counts
 FRAME = struct.Struct("<QI")  # payload bytes, header bytes: what a message's first chunk announces
 POLL_INTERVAL_S = 0.0002  # a wait that found nothing sleeps this long, so it does not spin a core
@@ -79,6 +81,11 @@ class Buffers:
 
 class ExchangeError(RuntimeError):
     """Payloads cannot be moved: ranks disagree on the plan, or a peer stopped answering."""
+
+
+class ExchangeStalled(ExchangeError, PeerLost):
+    """The stall watchdog fired: no progress for `timeout_s` (world.timeout_s), a peer is likely
+    frozen or dead. The same exit code as a lost peer in a collective: the job can be requeued."""
 
 
 @dataclass
@@ -197,7 +204,7 @@ class Transport:
         return progressed
 
     def wait(self, done: Callable[[], bool], stall_report: Callable[[], str], take_in: bool = True) -> None:
-        """Poll until `done()`; after `timeout_s` without progress raise ExchangeError(stall_report()).
+        """Poll until `done()`; after `timeout_s` without progress raise ExchangeStalled(stall_report()).
 
         Without `take_in`, only `done()` is tested between sleeps: nothing is received meanwhile.
         """
@@ -206,12 +213,12 @@ class Transport:
             if take_in and self.poll():
                 last_progress_s = time.monotonic()
             elif time.monotonic() - last_progress_s > self.timeout_s:
-                raise ExchangeError(stall_report())
+                raise ExchangeStalled(stall_report())
             else:
                 time.sleep(POLL_INTERVAL_S)
 
     def barrier(self, stall_report: Callable[[], str]) -> None:
-        """Wait until every rank reaches this call; after `timeout_s` raise ExchangeError(stall_report()).
+        """Wait until every rank reaches this call; after `timeout_s` raise ExchangeStalled(stall_report()).
 
         MPI_Barrier spins a core while it waits, which, with more ranks than cores, is taken from
         the ranks still working; this tests an Ibarrier and sleeps in between. It takes nothing

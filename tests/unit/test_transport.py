@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcshuffle.transport import FRAME, ExchangeError, Transport
+from hpcshuffle.errors import PeerLost
+from hpcshuffle.transport import FRAME, ExchangeError, ExchangeStalled, Transport
 
 TAG = 5
 MAX_MESSAGE_BYTES = 1000
@@ -60,10 +61,15 @@ def test_drain_with_barrier_takes_in_what_was_posted(transport, delivered):
 
 
 def test_a_wait_without_progress_raises_the_owners_report():
+    """A stall is a lost peer (exit code 76, requeued), not bad input; its text says so."""
     transport = Transport(MPI.COMM_SELF, TAG, lambda *message: None, timeout_s=0.05)
     try:
-        with pytest.raises(ExchangeError, match=r"^rank 0 still expects sample 3 from rank 1$"):
+        with pytest.raises(ExchangeStalled, match=(
+            r"^rank 0 still expects sample 3 from rank 1; the job script requeues and resumes from the last "
+            r"checkpoint; or resubmit$"
+        )) as caught:
             transport.wait(lambda: False, lambda: "rank 0 still expects sample 3 from rank 1")
+        assert isinstance(caught.value, PeerLost) and isinstance(caught.value, ExchangeError)
     finally:
         transport.close()
 

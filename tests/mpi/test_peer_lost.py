@@ -1,0 +1,62 @@
+"""A frozen rank ends the job within world.timeout_s and a short roll call, named, with exit code 76.
+
+One rank of three stops itself (SIGSTOP, HPCSHUFFLE_CHAOS_STOP) before a step's gradient
+allreduce, as a hung node would: its process and sockets stay, silent. The others must not wait
+gloo's old fixed 600 s, nor print a gloo traceback.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from hpcshuffle.chaos import STOP_ENV
+from hpcshuffle.checkpoint import PEER_LOST_EXIT_CODE
+from hpcshuffle.peers import GRACE_S
+from tests.conftest import REPO, mpi_env, train_args
+
+pytestmark = pytest.mark.mpi
+RANKS, FROZEN, STEP = 3, 0, 2  # rank 0 too hosts the rendezvous and prints the table: the hardest to lose
+TIMEOUT_S = 8
+LIMIT_S = TIMEOUT_S + min(GRACE_S, TIMEOUT_S) + 30
+
+
+def job_pids(marker: str) -> list[int]:
+    """Every process whose command line holds `marker` (this test's run directory): the ranks."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
+                pids.append(int(entry.name))
+        except OSError:  # gone meanwhile
+            continue
+    return pids
+
+
+def test_a_frozen_rank_is_named_and_the_job_exits_for_requeue(small_dataset, tmp_path):
+    run_dir = tmp_path / "run"
+    args = train_args(small_dataset, run_dir, tmp_path / "store", "epochs=1", f"world.timeout_s={TIMEOUT_S}")
+    command = ["timeout", "-s", "KILL", str(LIMIT_S), "mpiexec", "-n", str(RANKS), sys.executable, *args]
+    started = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=REPO, env={**mpi_env(), STOP_ENV: f"{FROZEN}:0:iteration-{STEP}"},
+                              capture_output=True, text=True, timeout=LIMIT_S + 10)
+    finally:
+        for pid in job_pids(str(run_dir)):  # SIGKILL ends a stopped process too: nothing lingers
+            os.kill(pid, signal.SIGKILL)
+    elapsed_s = time.monotonic() - started
+    assert done.returncode == PEER_LOST_EXIT_CODE, f"exit code {done.returncode} after {elapsed_s:.0f} s:\n{done.stderr[-3000:]}"
+    assert elapsed_s < LIMIT_S
+    assert f"rank {FROZEN} (node {socket.gethostname()}) did not answer" in done.stderr, done.stderr[-3000:]
+    assert f"the gradient allreduce of epoch 0, step {STEP}" in done.stderr, done.stderr[-3000:]
+    assert f"world.timeout_s={TIMEOUT_S}" in done.stderr and "requeues and resumes from the last checkpoint" in done.stderr
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    # one survivor speaks for both: the lowest rank the roll call heard
+    assert done.stderr.count("hpcshuffle: peer lost") == 1, done.stderr[-3000:]
