@@ -158,7 +158,8 @@ class Peers:
         detail = self.backend_detail(backend_error)
         me = f"rank {world.rank} (node {world.hostname})"
         elsewhere = [f"rank {rank} in {note}" for rank, note in sorted(heard.items()) if note != doing]
-        others = f" (waiting elsewhere: {'; '.join(elsewhere[:3])}{'; ...' if len(elsewhere) > 3 else ''})" if elsewhere else ""
+        shown = "; ".join(elsewhere[:3]) + ("; ..." if len(elsewhere) > 3 else "")
+        others = f" (waiting elsewhere: {shown})" if elsewhere else ""
         if missing:
             message = (
                 f"{ranks_text(missing, self.hosts)} did not answer: {me} waited in {doing} "

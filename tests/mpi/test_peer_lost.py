@@ -52,11 +52,13 @@ def test_a_frozen_rank_is_named_and_the_job_exits_for_requeue(small_dataset, tmp
         for pid in job_pids(str(run_dir)):  # SIGKILL ends a stopped process too: nothing lingers
             os.kill(pid, signal.SIGKILL)
     elapsed_s = time.monotonic() - started
-    assert done.returncode == PEER_LOST_EXIT_CODE, f"exit code {done.returncode} after {elapsed_s:.0f} s:\n{done.stderr[-3000:]}"
+    assert done.returncode == PEER_LOST_EXIT_CODE, (
+        f"exit code {done.returncode} after {elapsed_s:.0f} s:\n{done.stderr[-3000:]}")
     assert elapsed_s < LIMIT_S
     assert f"rank {FROZEN} (node {socket.gethostname()}) did not answer" in done.stderr, done.stderr[-3000:]
     assert f"the gradient allreduce of epoch 0, step {STEP}" in done.stderr, done.stderr[-3000:]
-    assert f"world.timeout_s={TIMEOUT_S}" in done.stderr and "requeues and resumes from the last checkpoint" in done.stderr
+    assert f"world.timeout_s={TIMEOUT_S}" in done.stderr
+    assert "requeues and resumes from the last checkpoint" in done.stderr
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     # one survivor speaks for both: the lowest rank the roll call heard
     assert done.stderr.count("hpcshuffle: peer lost") == 1, done.stderr[-3000:]

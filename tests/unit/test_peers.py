@@ -59,7 +59,8 @@ def test_a_collective_that_loses_a_peer_raises_peer_lost_naming_where(peers):
 
 
 def test_other_errors_pass_through_unchanged(peers):
-    with pytest.raises(RuntimeError, match="^Tensors must be CPU and dense$"), peers.waiting_in("the gradient allreduce"):
+    bug = "^Tensors must be CPU and dense$"
+    with pytest.raises(RuntimeError, match=bug), peers.waiting_in("the gradient allreduce"):
         raise RuntimeError("Tensors must be CPU and dense")
 
 
