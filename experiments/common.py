@@ -57,28 +57,44 @@ def records(run_dir: Path) -> list[dict]:
     return read_jsonl(path, partial_last=True) if path.exists() else []
 
 
+def completed(run_dir: Path, epochs: int) -> list[dict] | None:
+    """The records of a run that already holds `epochs` epochs (said and reused), else None; a run cut
+    short earlier, without checkpoints, loses its records so that it starts over rather than appends."""
+    done = records(run_dir)
+    if len(done) >= epochs:
+        print(f"  {run_dir}: complete, reused", flush=True)
+        return done
+    if done:
+        print(f"  {run_dir}: {len(done)} of {epochs} epochs, trained again", flush=True)
+    for name in ("metrics.jsonl", "audit.jsonl"):  # both are appended to, epoch by epoch
+        (run_dir / name).unlink(missing_ok=True)
+    return None
+
+
+def train_arguments(overrides: list[str], epochs: int, virtual_workers: int = 0) -> list[str]:
+    """The Hydra overrides of one experiment run (whatever launches it): rank scope unless
+    `overrides` say otherwise, `epochs`, no checkpoints, no progress bars."""
+    virtual = [f"shuffle.virtual_workers={virtual_workers}"] if virtual_workers else []
+    # the papers give each GPU its own partition: rank scope, whatever nodes this machine has
+    scope = [] if any(o.startswith("storage.scope=") for o in overrides) else ["storage.scope=rank"]
+    return [*overrides, *scope, *virtual, f"epochs={epochs}", "checkpoint.every_epochs=0", "progress=false"]
+
+
 def train(run_dir: Path, overrides: list[str], epochs: int, ranks: int = 1, virtual_workers: int = 0) -> list[dict]:
     """Train into `run_dir` unless it already holds `epochs` epochs; returns its records.
 
     `ranks` > 1 launches `mpiexec -n ranks`; `virtual_workers` > 0 runs one process with that
     many virtual workers (`hpcshuffle simulate`).
     """
-    done = records(run_dir)
-    if len(done) >= epochs:
-        print(f"  {run_dir}: complete, reused", flush=True)
+    done = completed(run_dir, epochs)
+    if done is not None:
         return done
-    if done:  # cut short earlier, and without checkpoints: start over rather than append
-        print(f"  {run_dir}: {len(done)} of {epochs} epochs, trained again", flush=True)
-        (run_dir / "metrics.jsonl").unlink()
     launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
-    virtual = [f"shuffle.virtual_workers={virtual_workers}"] if virtual_workers else []
-    # the papers give each GPU its own partition: rank scope, whatever nodes this machine has
-    scope = [] if any(o.startswith("storage.scope=") for o in overrides) else ["storage.scope=rank"]
-    command = [*launcher, sys.executable, "-m", "hpcshuffle.train", *overrides, *scope, *virtual, f"epochs={epochs}",
-               f"hydra.run.dir={run_dir}", "checkpoint.every_epochs=0", "progress=false"]
+    arguments = train_arguments(overrides, epochs, virtual_workers)
+    command = [*launcher, sys.executable, "-m", "hpcshuffle.train", *arguments, f"hydra.run.dir={run_dir}"]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
     start = time.perf_counter()
-    print(f"  {run_dir}: {' '.join(command[len(launcher) + 3:])}", flush=True)
+    print(f"  {run_dir}: {' '.join(arguments)}", flush=True)
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if result.returncode != 0:
         sys.exit(f"training into {run_dir} failed:\n{result.stdout[-2000:]}{result.stderr[-3000:]}")
