@@ -122,10 +122,12 @@ def plot_breakdown(means: dict[str, dict[str, float]], path: Path) -> None:
 
 def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path, xlabel: str = "epoch",
                 title: str | None = None, log_x: bool = False,
-                bands: dict[str, dict[int, tuple[float, float]]] | None = None) -> None:
+                bands: dict[str, dict[int, tuple[float, float]]] | None = None,
+                styles: dict[str, dict] | None = None) -> None:
     """One line per run (label → {x: value}) against x, the epoch by default (Fig. 5) or e.g. the
     worker count with `log_x` (Fig. 6); runs without values are left out. `bands` shades an
-    interval (label → {x: (low, high)}) around a line, e.g. a 95 % interval over seeds."""
+    interval (label → {x: (low, high)}) around a line, e.g. a 95 % interval over seeds; `styles`
+    gives a line matplotlib's keywords (label → e.g. {"color": "C0", "linestyle": "--"})."""
     from matplotlib.ticker import MaxNLocator
 
     figure = new_figure(6.0, 4.0)
@@ -134,7 +136,8 @@ def plot_curves(curves: dict[str, dict[int, float]], ylabel: str, path: Path, xl
     for label, curve in curves.items():
         if curve:
             points = sorted(curve)
-            line, = axes.plot(points, [curve[x] for x in points], marker="o", label=label)
+            line, = axes.plot(points, [curve[x] for x in points], **{"marker": "o", **(styles or {}).get(label, {})},
+                              label=label)
             band = (bands or {}).get(label)
             if band:
                 shaded = sorted(band)
