@@ -12,6 +12,8 @@ exchange's writer thread while the training thread goes on),
 `before_checkpoint` (stores committed for the next epoch, epoch recorded, checkpoint not written).
 SIGKILL, not an exception: nothing gets to clean up, exactly as when a node dies. SIGSTOP: the
 process and its sockets stay, silent, as a node that hangs (its peers must notice in world.timeout_s).
+A Slurm job requeued after the fault (SLURM_RESTART_COUNT > 0) runs without it, as a job that
+resumes after a real fault would.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ SIGNALS = {ENV: signal.SIGKILL, STOP_ENV: signal.SIGSTOP}
 @cache
 def _target(variable: str) -> tuple[int, int, str] | None:
     text = os.environ.get(variable)
-    if not text:
+    if not text or int(os.environ.get("SLURM_RESTART_COUNT") or 0) > 0:
         return None
     try:
         rank, epoch, point = text.split(":")

@@ -20,6 +20,7 @@ away mid-run raises `SharedStorageError` naming it, instead of blaming the sampl
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -171,11 +172,22 @@ def node_memory_bytes(meminfo: str = "/proc/meminfo") -> int:
     raise OSError(f"no MemTotal in {meminfo}")
 
 
+# at a volume's root: what the storage's owner set for it (scripts/cluster.sh writes one), recorded as is
+SETTINGS_FILE = ".hpcshuffle-storage.json"
+
+
 def describe(catalog: Catalog) -> dict:
-    """What the run records of its shared storage (metrics.jsonl's `shared`)."""
+    """What the run records of its shared storage (metrics.jsonl's `shared`), with the settings
+    its owner set for it (`set`: a shaped link, a delay per read on the server), when it says."""
     mount = mount_of(catalog.root)
-    return {"root": os.path.abspath(catalog.root), "mount": str(mount.point), "fs": mount.fs_type, "kind": mount.kind,
-            "reads": UNCACHED if catalog.uncached else CACHED, "direct_io": direct_io(mount.point)}
+    record = {"root": os.path.abspath(catalog.root), "mount": str(mount.point), "fs": mount.fs_type,
+              "kind": mount.kind, "reads": UNCACHED if catalog.uncached else CACHED,
+              "direct_io": direct_io(mount.point)}
+    try:
+        record["set"] = json.loads((mount.point / SETTINGS_FILE).read_text())
+    except (OSError, ValueError):
+        pass
+    return record
 
 
 def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:

@@ -226,6 +226,7 @@ class Trainer:
             **scores,
             **reduce_epoch(rows, config.logger.step_loss),
             "mixing": self.mixing.add_epoch(plan.order), "shared": self.shared,
+            "hosts": self.peers.hosts,  # rank r ran on hosts[r]
         }
         if self.world.size < self.workers:
             record["virtual_workers"] = True

@@ -370,6 +370,9 @@ up() {
     for node in $(nodes); do slurmd_up "$node"; done
     storage_up
     for host in ctl $(nodes); do mount_pfs "$host"; done
+    # what was set, not measured, for every run that reads the volume to record (shared_io.describe)
+    inside ctl bash -c "printf '%s\n' \"\$1\" >$PFS/.hpcshuffle-storage.json" _ \
+        "{\"by\": \"scripts/cluster.sh\", \"storage_link\": \"$storage_link\", \"server_read_latency_ms\": $latency, \"server_read_latency\": \"GlusterFS delay-gen on the brick: every read call waits this long; set, not measured\"}"
     slurm_ready
     say "up in $((SECONDS - started)) s: $nodes nodes (links $link), login node ctl, storage node fs" \
         "(link $storage_link$( [ "$latency" = 0 ] || echo ", ${latency} ms per read set on its brick")) serving $PFS"

@@ -1,0 +1,177 @@
+"""The mission across nodes: real `jobs/train.sbatch` jobs on the namespace cluster.
+
+Every job reads the dataset from the storage node's volume (/pfs), stages node-local stores over
+the links, and trains with `audit=true`; the tests check the audit against the plan, each node's
+store against the plan's partition, and the links' byte counters against what must have crossed
+them. One job loses a node mid-epoch and must be named, requeued and resumed bit-identically.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import threading
+import time
+
+import pytest
+
+from hpcshuffle.chaos import STOP_ENV
+from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.store import Store, rank_dir
+from tests.cluster.conftest import NODES, cluster_sh
+from tests.conftest import audit_by_epoch
+
+pytestmark = pytest.mark.cluster
+SAMPLES, BATCH, EPOCHS, Q = 256, 16, 3, 0.3
+DATASET = "/pfs/cluster-tests/synthetic"
+COMMON = [f"dataset.root={DATASET}", f"dataset.synthesize.samples={SAMPLES}", f"batch_size={BATCH}",
+          f"epochs={EPOCHS}", "progress=false", "audit=true"]
+PLS = ["shuffle=partial", f"shuffle.q={Q}", "storage.scope=node"]
+TWO_BY_TWO = ["-N", "2", "--ntasks-per-node", "2", "--cpus-per-task", "1"]
+LOST_EXIT_CODE = 76
+
+
+def assert_audit_exact(run_dir, epochs: int = EPOCHS, stores: bool = True) -> None:
+    """Every epoch trains on every sample once (the global batch divides SAMPLES) and, where the
+    strategy keeps stores, the stores hold every sample once at the epoch's start."""
+    audit = audit_by_epoch(run_dir)
+    assert sorted(audit) == list(range(epochs))
+    for epoch, rows in audit.items():
+        trained = sorted(i for row in rows for i in row["trained"])
+        assert trained == list(range(SAMPLES)), f"epoch {epoch}: a sample was skipped or trained on twice"
+        if stores:
+            held = sorted(i for row in rows for i in row["held"])
+            assert held == list(range(SAMPLES)), f"epoch {epoch}: a sample is lost or held twice"
+
+
+def sent_bytes(before: dict, after: dict, hosts) -> int:
+    return sum(after[host][1] - before[host][1] for host in hosts)
+
+
+@pytest.fixture(scope="module")
+def pls_run(nscluster):
+    """2 nodes × 2 ranks, node-scope PLS, uninterrupted; stores kept (LOCAL_DIR set) to be checked."""
+    run_dir = nscluster.work / "pls"
+    local = f"/tmp/hpcshuffle-test-{nscluster.work.name}"
+    before = nscluster.counters()
+    job = nscluster.sbatch("pls", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS],
+                           env={"RUN_DIR": str(run_dir), "LOCAL_DIR": local})
+    after = nscluster.counters()
+    yield job, run_dir, local, before, after
+    for node in range(1, NODES + 1):
+        subprocess.run(["rm", "-rf", str(nscluster.node_tmp(f"node{node}") / local.removeprefix("/tmp/"))])
+
+
+def test_node_scope_pls_on_two_nodes(nscluster, pls_run):
+    job, run_dir, local, before, after = pls_run
+    assert job.rc == 0, job.log[-4000:]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert [(r["workers"], r["scope"], r["ranks_per_node"]) for r in records] == [(4, "node", 2)] * EPOCHS
+    hosts = records[0]["hosts"]
+    assert len(set(hosts)) == 2 and hosts[0] == hosts[1] != hosts[2] == hosts[3], hosts
+    assert_audit_exact(run_dir)
+    # each node's own /tmp holds its two ranks' stores, and they hold the plan's partition after the last epoch
+    plans = list(plan_epochs(PlanSpec(SAMPLES, 4, BATCH, Q, 0, ranks_per_node=2), "partial", EPOCHS))
+    final = plans[-1].next_held()
+    for node in sorted(set(hosts)):
+        ranks = [rank for rank, host in enumerate(hosts) if host == node]
+        root = nscluster.node_tmp(node) / local.removeprefix("/tmp/")
+        assert sorted(path.name for path in root.iterdir()) == [rank_dir(root, r).name for r in ranks]
+        for rank in ranks:
+            with Store(rank_dir(root, rank)) as store:
+                assert store.ids() == set(final[rank].tolist()), f"{node}: rank {rank}'s store is not the plan's"
+    # the exchange's samples crossed the two nodes' links (each image is > 500 bytes)
+    exchanged = sum(r["samples"]["sent"] for r in records)
+    assert exchanged > 0
+    assert sent_bytes(before, after, set(hosts)) > exchanged * 500
+
+
+def test_gs_reads_from_the_storage_node_and_leaves_no_node_local_directory(nscluster, pls_run):
+    run_dir = nscluster.work / "gs"
+    before = nscluster.counters()
+    job = nscluster.sbatch("gs", ["-N", "2", "--ntasks-per-node", "1", "--cpus-per-task", "1", "jobs/train.sbatch",
+                                  *COMMON, "shuffle=global"], env={"RUN_DIR": str(run_dir)})
+    after = nscluster.counters()
+    assert job.rc == 0, job.log[-4000:]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    assert all(r["samples"]["read_shared"] == SAMPLES for r in records), [r["samples"] for r in records]
+    assert len(set(records[0]["hosts"])) == 2
+    assert_audit_exact(run_dir, stores=False)
+    # every epoch's images came over the storage node's link
+    assert sent_bytes(before, after, ["fs"]) > EPOCHS * SAMPLES * 500
+    # the job's own node-local directory is gone from every node, not only from the batch host
+    for node in range(1, NODES + 1):
+        left = list(nscluster.node_tmp(f"node{node}").glob(f"hpcshuffle-job-{job.job_id}"))
+        assert not left, f"node{node} keeps {left}"
+
+
+def test_mpiexec_inside_a_two_node_allocation(nscluster, pls_run):
+    """MPICH's mpiexec starts its proxies through srun (one task per node): not a wrong launch."""
+    run_dir = nscluster.work / "mpiexec"
+    command = (f"mpiexec -n 4 -ppn 2 python -m hpcshuffle.train hydra.run.dir={run_dir} "
+               f"storage.local_dir=/tmp/hpcshuffle-mpiexec-$SLURM_JOB_ID {' '.join(COMMON)} {' '.join(PLS)} epochs=1")
+    job = nscluster.sbatch("mpiexec", [*TWO_BY_TWO, "--wrap", command])
+    assert job.rc == 0, job.log[-4000:]
+    (record,) = read_jsonl(run_dir / "metrics.jsonl")
+    assert record["workers"] == 4 and len(set(record["hosts"])) == 2
+
+
+def stopped_rank(node: str) -> bool:
+    """Whether a process on `node` is stopped (SIGSTOP: state T)."""
+    pids = subprocess.run(["ip", "netns", "pids", f"hpcs-{node}"], capture_output=True, text=True).stdout.split()
+    for pid in pids:
+        try:
+            if open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0] == "T":
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def test_a_node_lost_mid_epoch_is_named_requeued_and_resumed(nscluster, pls_run):
+    """The second node dies (slurmd, ranks, its mount, killed by pid) in the middle of epoch 1: the
+    survivors name it within 60 s, the job is requeued, and it resumes from its checkpoint on the
+    nodes it gets, training exactly as the uninterrupted run did. To crash at a known step, rank 2
+    (the second node's first) freezes at epoch 1's third iteration (HPCSHUFFLE_CHAOS_STOP, first
+    run of the job only), and the node is killed while it is frozen."""
+    reference = read_jsonl(pls_run[1] / "metrics.jsonl")
+    run_dir = nscluster.work / "crash"
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(job=nscluster.sbatch(
+        "crash", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, "world.timeout_s=30"],
+        env={"RUN_DIR": str(run_dir), STOP_ENV: "2:1:iteration-2"}, timeout_s=600)))
+    thread.start()
+    try:
+        deadline = time.monotonic() + 300
+        while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert (run_dir / "metrics.jsonl").exists(), "epoch 0 never finished"
+        victim = read_jsonl(run_dir / "metrics.jsonl")[0]["hosts"][2]
+        while not stopped_rank(victim) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stopped_rank(victim), f"rank 2 on {victim} never reached epoch 1, iteration 2"
+        crashed = time.time()
+        crash = cluster_sh("crash", victim)
+        assert crash.returncode == 0, crash.stderr
+        # Slurm delays a requeued job's start; release it once it waits (the resume is what is tested)
+        while thread.is_alive() and time.monotonic() < deadline + 300:
+            cluster_sh("run", "--", "bash", "-c", "for job in $(squeue -h -t PD -n hpcshuffle-train -o %i); do "
+                       "scontrol update JobId=$job StartTime=now; done")
+            thread.join(timeout=5)
+    finally:
+        revive = cluster_sh("up", "--nodes", str(NODES), timeout_s=300)
+        assert revive.returncode == 0, revive.stderr
+    job = result["job"]
+    assert job.rc == 0, job.log[-6000:]
+    assert "(restart 1)" in job.log, job.log[-4000:]
+    lost = [line for line in job.log.splitlines() if line.startswith("hpcshuffle: peer lost") and victim in line]
+    assert lost, f"no named error about {victim}:\n{job.log[-4000:]}"
+    assert "epoch 1, step 2" in lost[0], lost[0]
+    restarted = [line for line in job.log.splitlines() if "(restart 1)" in line][0]
+    print(f"crash {time.strftime('%H:%M:%S', time.localtime(crashed))}; {lost[0]}; {restarted}")
+    records = {r["epoch"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(records) == list(range(EPOCHS))
+    assert_audit_exact(run_dir)
+    for before in reference:  # bit-identical to the uninterrupted run
+        after = records[before["epoch"]]
+        assert (after["train_loss"], after["val_top1"]) == (before["train_loss"], before["val_top1"])
