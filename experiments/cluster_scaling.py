@@ -273,6 +273,9 @@ def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, ov
     if done is not None:
         return done, "reused"
     run_dir.mkdir(parents=True, exist_ok=True)
+    # jobs/train.sbatch skips a RUN_DIR holding .complete (its mark for a requeue after the run finished),
+    # whichever job wrote it: a run trained again must not inherit an earlier job's mark
+    (run_dir / ".complete").unlink(missing_ok=True)
     load = os.getloadavg()[0]
     started = time.perf_counter()
     failed = []  # jobs a node failed under
@@ -283,6 +286,7 @@ def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, ov
         failed.append(job.job_id)
         cluster.heal(f"a node failed under job {job.job_id} ({run_dir})")
         completed(run_dir, epochs)  # the records of the cut-short run go
+        (run_dir / ".complete").unlink(missing_ok=True)
     log = run_dir / f"job-{job.job_id}.out"
     if job.state != "COMPLETED" or job.exit_code != "0:0" or len(records(run_dir)) < epochs:
         tail = log.read_text()[-3000:] if log.exists() else "(no job output)"
