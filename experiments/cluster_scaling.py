@@ -23,7 +23,8 @@ predicts for the same cluster.
 
 Completed runs under --out are reused; --quick writes under results/experiments/cluster_quick (and
 its platform there) unless told otherwise. Each job runs on the machine's cores with whatever else
-runs there: the progress line says which other Slurm jobs shared the time and the load before.
+runs there: the progress line gives the load average before and during it and the other Slurm jobs
+that ran meanwhile. For numbers worth keeping, run it while nothing else does.
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ BATCH = 32
 MODEL = "small_cnn"
 BIG_FILE_BYTES = 32 << 20  # the shared-storage streaming probe
 JOB_MINUTES = 30
+BUSY_LOAD = 0.5  # a load average above this before the first run: say the times will carry other work
 HEAL_S = 600  # how long to wait for the cluster after a node failed under a job
 RETRIES = 2  # a run whose node failed is run again at most this often
 # sbatch --wait sleeps 2, 8, 32, 32, ... s between looks at the job (Slurm 22.05): a 12 s job returned after 42 s.
@@ -232,6 +234,7 @@ class Job:
     exit_code: str
     queued_s: float
     others: dict[str, str]  # other jobs seen running meanwhile: id -> "name on nodes"
+    load: float  # the machine's mean 1-minute load average while the job ran (its own ranks included)
 
 
 def submit(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, arguments: list[str]) -> str:
@@ -247,13 +250,15 @@ def submit(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, arg
 def wait_for(cluster: Cluster, job_id: str) -> Job:
     """Poll Slurm every POLL_S until the job ends; its state, exit code and the other jobs seen running."""
     others: dict[str, str] = {}
-    state = "PENDING"
+    state, loads = "PENDING", []
     while True:
         queue = cluster.run("squeue", "-h", "-t", "all", "-o", "%i|%T|%j|%N", check=False).stdout.splitlines()
         rows = [line.split("|") for line in queue if line.count("|") == 3]
         mine = [row for row in rows if row[0] == job_id]
         others.update({row[0]: f"{row[2]} on {row[3]}" for row in rows if row[0] != job_id and row[1] == "RUNNING"})
         state = mine[0][1] if mine else state
+        if state == "RUNNING":
+            loads.append(os.getloadavg()[0])
         if not mine or state in TERMINAL:
             break
         time.sleep(POLL_S)
@@ -263,7 +268,8 @@ def wait_for(cluster: Cluster, job_id: str) -> Job:
     if fields.get("StartTime", "").startswith("20") and fields.get("SubmitTime", "").startswith("20"):
         queued = (time.mktime(time.strptime(fields["StartTime"], "%Y-%m-%dT%H:%M:%S"))
                   - time.mktime(time.strptime(fields["SubmitTime"], "%Y-%m-%dT%H:%M:%S")))
-    return Job(job_id, fields.get("JobState", state), fields.get("ExitCode", "?"), queued, others)
+    load = sum(loads) / len(loads) if loads else float("nan")
+    return Job(job_id, fields.get("JobState", state), fields.get("ExitCode", "?"), queued, others, load)
 
 
 def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, overrides: list[str],
@@ -294,7 +300,7 @@ def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, ov
     beside = ", ".join(f"{other} {what}" for other, what in sorted(job.others.items()))
     seconds = time.perf_counter() - started
     return records(run_dir), (f"job {job.job_id} in {seconds:.0f} s (queued {job.queued_s:.0f} s), load {load:.1f} "
-                              "before" + (f"; ran beside {beside}" if beside else "")
+                              f"before, {job.load:.1f} during" + (f"; ran beside {beside}" if beside else "")
                               + (f"; after a node failed under job(s) {', '.join(failed)}" if failed else ""))
 
 
@@ -450,6 +456,9 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="cluster-scaling-") as workdir:
         cluster = connect(snapshot(Path(workdir)), max(args.nodes))
         print(f"cluster: {' '.join(f'{k}={v}' for k, v in cluster.settings.items())}", flush=True)
+        if os.getloadavg()[0] > BUSY_LOAD:
+            print(f"warning: the machine's load average is {os.getloadavg()[0]:.1f} before any run: other work "
+                  f"shares its {os.cpu_count()} cores with every node, and the times will carry it", flush=True)
         dataset = ensure_dataset(cluster, args.samples)
         write_platform(platform, cluster.settings, probe(cluster, dataset, args.quick), args.ranks_per_node, MODEL,
                        (dataset.name, args.samples), IMAGE_SIZE, BATCH)
@@ -466,7 +475,8 @@ def main() -> None:
     text = "\n\n".join(tables)
     print(text)
     jobs = "\n".join(f"{run.nodes} node(s) {run.label}: {run.how}" for run in runs)
-    heading = "the jobs (the load average before each, other jobs meanwhile)"
+    heading = (f"the jobs (the machine's {os.cpu_count()} cores: the load average before each and during it, its "
+               "own ranks included, and other Slurm jobs meanwhile)")
     (out / "scaling.txt").write_text(f"{text}\n\n{heading}\n{jobs}\n")
     plot(rows, predicted, out / "scaling.png")
     print(f"wrote {out / 'scaling.json'}, {out / 'scaling.txt'}, {out / 'scaling.png'}")

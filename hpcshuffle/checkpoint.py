@@ -41,6 +41,8 @@ PREEMPT_EXIT_CODE = 75  # EX_TEMPFAIL: "try again"; jobs/train.sbatch requeues o
 # a peer stopped answering for world.timeout_s (frozen, dead, cut off: errors.PeerLost, an exchange's
 # stall): nothing is wrong with the input, so requeue and resume from the last checkpoint as well
 PEER_LOST_EXIT_CODE = 76
+# in the run directory: the code of the rank that aborted the job (srun reports its tasks as killed)
+EXIT_CODE_FILE = ".exit_code"
 
 
 @dataclass

@@ -37,7 +37,17 @@ def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
         train_split, val_split = fmt.splits
         return fmt.scan(dataset.root, train_split), fmt.scan(dataset.root, val_split)
 
-    train, val = on_root(world, listing, DatasetError, ValueError, OSError)
+    def reachable_listing() -> tuple[Catalog, Catalog]:
+        try:
+            return listing()
+        except OSError as err:  # the file system itself, not a sample: name it and the way back
+            raise DatasetError(
+                f"dataset.root {dataset.root} cannot be read ({err.strerror or err}: {err.filename}); if it lies on "
+                "shared storage, bring that back (e.g. bash scripts/shared_fs.sh start) and run the same command "
+                "again: a run resumes from its last checkpoint"
+            ) from None
+
+    train, val = on_root(world, reachable_listing, DatasetError, ValueError)
     missing = None if dataset.root.is_dir() else f"dataset.root {dataset.root} is not readable here"
     agree(world, missing)
     honest = {"uncached": storage.shared_reads == UNCACHED, "mount": mount_of(dataset.root).point}

@@ -3,30 +3,32 @@
 A gloo collective that waits world.timeout_s on a frozen rank ("Timed out waiting 8000ms for recv
 operation to complete"), or loses the connection to a dead one ("Connection reset by peer"), says
 neither which rank nor which node. `Peers.waiting_in` catches that failure, and the surviving
-ranks hold a roll call over MPI: each posts what it was waiting in to every other rank and
-collects theirs for a short grace period, never blocking (a peer may be stopped or dead, and a
-blocking call would wait on it forever). The ranks never heard from are the lost ones, named with
-their nodes; a peer address in gloo's text is named with its node too, from the addresses every
-rank gave at start-up.
+ranks hold a roll call in the run directory (which every rank shares, as checkpoints need): each
+writes what it was waiting in to a file of its own and reads the others' for a short grace period.
+Not over MPI: after a link failure MPI's own transport may crash a process that sends to the
+unreachable peer (MPICH's UCX did, here), and the roll call must work exactly then. The ranks
+never heard from are the lost ones, named with their nodes; a peer address in gloo's text is
+named with its node too, from the addresses every rank gave at start-up.
 """
 
 from __future__ import annotations
 
 import re
+import shutil
 import socket
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-
-import numpy as np
-from mpi4py import MPI
+from pathlib import Path
 
 from hpcshuffle.errors import PeerLost
+from hpcshuffle.store import atomic_write
 from hpcshuffle.world import World
 
 GRACE_S = 10.0  # the roll call's length at most; ranks that time out on the same collective do so within it
 POLL_S = 0.01
-NOTE_BYTES = 200  # what a rank says in the roll call: what it was waiting in, utf-8, cut to this
+ROLL_CALL_DIR = ".roll_call"  # in the run directory
 # how torch.distributed's backends word a peer that does not answer, lowercased
 SILENT_PEER = (
     "timed out", "connection closed", "connection reset", "broken pipe", "connection refused",
@@ -34,7 +36,6 @@ SILENT_PEER = (
 )
 ADDRESS = re.compile(r"\[([0-9A-Fa-f:.]+)\]:(\d+)")  # gloo names a pair's peer as [ip]:port
 SOURCE_PREFIX = re.compile(r"^\[[^\]]*\.(?:cc|cpp|h):\d+\]\s*")  # "[.../unbound_buffer.cc:78] "
-_LEFT_POSTED: list = []  # the roll call's buffers and requests, alive until the job ends
 
 
 def silent_peer(error: BaseException) -> bool:
@@ -51,42 +52,26 @@ def host_addresses(hostname: str) -> list[str]:
         return []
 
 
-def roll_call(comm: MPI.Comm, tag: int, note: str, grace_s: float) -> dict[int, str]:
-    """Post `note` to every other rank and collect theirs for at most `grace_s` seconds.
-
-    Non-blocking throughout: the sends and the receives of ranks not heard from stay posted
-    (the job is about to end); nothing waits on a rank that may be stopped or dead.
+def roll_call(directory: Path, rank: int, size: int, note: str, grace_s: float) -> dict[int, str]:
+    """Write `note` as this rank's answer in `directory` and read the others' for at most `grace_s` s.
 
     Returns:
-        {rank: its note} for this rank and every rank heard from within `grace_s`.
+        {rank: its note} for this rank and every rank whose answer appeared within `grace_s`.
     """
-    rank, size = comm.Get_rank(), comm.Get_size()
+    directory.mkdir(parents=True, exist_ok=True)
+    atomic_write(directory / f"rank{rank}", [note.encode()], durable=False)
     heard = {rank: note}
-    mine = np.zeros(NOTE_BYTES, dtype=np.uint8)
-    encoded = note.encode()[:NOTE_BYTES]
-    mine[: len(encoded)] = np.frombuffer(encoded, dtype=np.uint8)
-    buffers = {peer: np.zeros(NOTE_BYTES, dtype=np.uint8) for peer in range(size) if peer != rank}
-    posted, receives = [], {}
-    for peer, buffer in buffers.items():
-        try:  # the communicator returns errors instead of aborting: a dead peer's only loses its answer
-            posted.append(comm.Isend([mine, MPI.BYTE], dest=peer, tag=tag))
-            receives[peer] = comm.Irecv([buffer, MPI.BYTE], source=peer, tag=tag)
-        except MPI.Exception:
-            continue
     deadline = time.monotonic() + grace_s
-    while receives and time.monotonic() < deadline:
-        for peer, request in list(receives.items()):
-            try:
-                if not request.Test():
-                    continue
-                heard[peer] = buffers[peer].tobytes().rstrip(b"\0").decode(errors="replace")
-            except MPI.Exception:
-                pass
-            del receives[peer]
+    while True:
+        for peer in range(size):
+            if peer not in heard:
+                try:
+                    heard[peer] = (directory / f"rank{peer}").read_text(errors="replace")
+                except OSError:
+                    pass
+        if len(heard) == size or time.monotonic() >= deadline:
+            return heard
         time.sleep(POLL_S)
-    # MPI may still read or write these until the job ends: keep them from the garbage collector
-    _LEFT_POSTED.append((mine, buffers, posted, receives))
-    return heard
 
 
 def ranks_text(ranks: list[int], hosts: list[str]) -> str:
@@ -102,20 +87,20 @@ def ranks_text(ranks: list[int], hosts: list[str]) -> str:
 
 class Peers:
     """This rank's view of the others while it waits on them. Collective to build (after
-    init_torch_distributed): duplicates the communicator and gathers every rank's host and addresses.
+    init_torch_distributed): gathers every rank's host and addresses, names this job's roll-call
+    directory under `run_dir`.
 
     Args:
         timeout_s: world.timeout_s, the collectives' timeout; the roll call lasts min(GRACE_S, it).
     """
 
-    TAG = 1
-
-    def __init__(self, world: World, timeout_s: float) -> None:
+    def __init__(self, world: World, timeout_s: float, run_dir: Path) -> None:
         self.world, self.timeout_s = world, timeout_s
         self.grace_s = min(GRACE_S, timeout_s)
-        self.comm = world.comm.Dup()  # the roll call's own: nothing else is matched against it
-        self.comm.Set_errhandler(MPI.ERRORS_RETURN)
-        gathered = self.comm.allgather((world.hostname, host_addresses(world.hostname)))
+        # this job's own roll-call directory: answers of an earlier failure of the run never count
+        token = world.comm.bcast(uuid.uuid4().hex[:12] if world.is_root else None, root=0)
+        self.directory = run_dir / ROLL_CALL_DIR / token
+        gathered = world.comm.allgather((world.hostname, host_addresses(world.hostname)))
         self.hosts = [hostname for hostname, _ in gathered]
         self.nodes_at: dict[str, set[str]] = {}  # address -> the nodes that have it
         for hostname, addresses in gathered:
@@ -125,7 +110,9 @@ class Peers:
         self.step: int | None = None
 
     def close(self) -> None:
-        self.comm.Free()
+        """After a clean end: the directory of a roll call that never took place goes."""
+        if self.world.is_root:
+            shutil.rmtree(self.directory, ignore_errors=True)
 
     def at(self, epoch: int, step: int | None = None) -> None:
         """Where training is: named in the error if a collective fails from here on."""
@@ -153,7 +140,7 @@ class Peers:
     def lost(self, doing: str, backend_error: str) -> PeerLost:
         """Hold the roll call and name who did not answer; `doing` is what this rank waited in."""
         world = self.world
-        heard = roll_call(self.comm, self.TAG, doing, self.grace_s)
+        heard = roll_call(self.directory, world.rank, world.size, doing, self.grace_s)
         missing = [rank for rank in range(world.size) if rank not in heard]
         detail = self.backend_detail(backend_error)
         me = f"rank {world.rank} (node {world.hostname})"
@@ -163,13 +150,13 @@ class Peers:
         if missing:
             message = (
                 f"{ranks_text(missing, self.hosts)} did not answer: {me} waited in {doing} "
-                f"({detail}; world.timeout_s={self.timeout_s:g}) and a roll call over MPI heard from "
+                f"({detail}; world.timeout_s={self.timeout_s:g}) and a roll call in the run directory heard from "
                 f"{len(heard)} of {world.size} ranks within {self.grace_s:g} s{others}"
             )
         else:
             message = (
                 f"{me} lost a peer in {doing} ({detail}; world.timeout_s={self.timeout_s:g}), yet every "
-                f"rank answered a roll call over MPI: the connection between them failed, not a rank"
+                f"rank answered a roll call in the run directory: the connection between them failed, not a rank"
             )
         return PeerLost(message, reporter=min(heard) == world.rank)
 

@@ -28,7 +28,9 @@ from tqdm import tqdm
 
 from hpcshuffle import chaos
 from hpcshuffle.analysis.quality import PairMixing
-from hpcshuffle.checkpoint import PEER_LOST_EXIT_CODE, PREEMPT_EXIT_CODE, Checkpointer, Preempted, Preemption, RankState
+from hpcshuffle.checkpoint import (
+    EXIT_CODE_FILE, PEER_LOST_EXIT_CODE, PREEMPT_EXIT_CODE, Checkpointer, Preempted, Preemption, RankState,
+)
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.datapath import RunContext, build_data_path
 from hpcshuffle.datapath.virtual import virtual_workers
@@ -115,7 +117,7 @@ class Trainer:
             pin_memory=device.type == "cuda",
         ))
         init_torch_distributed(world, "nccl" if device.type == "cuda" else "gloo", config.world.timeout_s)
-        self.peers = Peers(world, config.world.timeout_s)
+        self.peers = Peers(world, config.world.timeout_s, run_dir)
         self.learner = Learner(config, world, codec, device, virtual, self.peers)
         self.global_batch = config.batch_size * self.workers
         self.sink = None
@@ -248,11 +250,13 @@ class Trainer:
             dist.destroy_process_group()
 
 
-def fail(world: World, err: BaseException) -> None:
+def fail(world: World, err: BaseException, run_dir: Path | None = None) -> None:
     """Report an error and end this rank without leaving the others hanging.
 
     Exit codes: 75 preempted and 76 a peer lost (the job script requeues on both), 2 bad input,
-    1 a bug (with its traceback).
+    1 a bug (with its traceback). A rank that aborts the job also writes its code to
+    `<run_dir>/.exit_code` (the first such rank: the cause, not the aborts that follow), since
+    srun reports an aborted job's tasks as killed whatever code MPI_Abort was given.
     """
     collective = getattr(err, "collective", False)
     if isinstance(err, Preempted):
@@ -273,6 +277,8 @@ def fail(world: World, err: BaseException) -> None:
         traceback.print_exc()
         code = 1
     if world.size > 1 and not collective:
+        if run_dir is not None and run_dir.is_dir():
+            record_exit_code(run_dir, code)
         # mpiexec kills every rank at once on an abort, and what a rank printed just before can be
         # lost in the launcher's forwarding (1 run in 12 here): give it time to pass the message on
         time.sleep(ABORT_GRACE_S if reporter else QUIET_GRACE_S)
@@ -282,6 +288,16 @@ def fail(world: World, err: BaseException) -> None:
         # job's result; after an exit it would have none and, without sacct, wait for one forever
         raise RuntimeError(f"hpcshuffle: {err}") from None
     sys.exit(code)
+
+
+def record_exit_code(run_dir: Path, code: int) -> None:
+    """Write `code` to <run_dir>/.exit_code unless a rank wrote one first (O_EXCL: the first wins)."""
+    try:
+        fd = os.open(run_dir / EXIT_CODE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except OSError:  # written already, or the run directory is unwritable: srun's code stands
+        return
+    with os.fdopen(fd, "w") as out:
+        out.write(f"{code}\n")
 
 
 def shard_samples(config: RunConfig, catalog: Catalog) -> int:
@@ -340,10 +356,11 @@ def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
     world = discover()
+    run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
-        run(cfg, world, Path(HydraConfig.get().runtime.output_dir))
+        run(cfg, world, run_dir)
     except (Exception, KeyboardInterrupt) as err:  # noqa: BLE001 - every failure must end all ranks
-        fail(world, err)
+        fail(world, err, run_dir)
 
 
 def main() -> None:

@@ -8,6 +8,7 @@ them. One job loses a node mid-epoch and must be named, requeued and resumed bit
 
 from __future__ import annotations
 
+import os
 import subprocess
 import threading
 import time
@@ -86,16 +87,24 @@ def test_node_scope_pls_on_two_nodes(nscluster, pls_run):
     assert sent_bytes(before, after, set(hosts)) > exchanged * 500
 
 
-def test_gs_reads_from_the_storage_node_and_leaves_no_node_local_directory(nscluster, pls_run):
+GS_ARGS = ["-N", "2", "--ntasks-per-node", "1", "--cpus-per-task", "1", "jobs/train.sbatch", *COMMON, "shuffle=global"]
+
+
+@pytest.fixture(scope="module")
+def gs_run(nscluster):
     run_dir = nscluster.work / "gs"
     before = nscluster.counters()
-    job = nscluster.sbatch("gs", ["-N", "2", "--ntasks-per-node", "1", "--cpus-per-task", "1", "jobs/train.sbatch",
-                                  *COMMON, "shuffle=global"], env={"RUN_DIR": str(run_dir)})
-    after = nscluster.counters()
+    job = nscluster.sbatch("gs", GS_ARGS, env={"RUN_DIR": str(run_dir)})
+    return job, run_dir, before, nscluster.counters()
+
+
+def test_gs_reads_from_the_storage_node_and_leaves_no_node_local_directory(nscluster, gs_run):
+    job, run_dir, before, after = gs_run
     assert job.rc == 0, job.log[-4000:]
     records = read_jsonl(run_dir / "metrics.jsonl")
     assert all(r["samples"]["read_shared"] == SAMPLES for r in records), [r["samples"] for r in records]
     assert len(set(records[0]["hosts"])) == 2
+    assert records[0]["shared"]["fs"] == "fuse.glusterfs" and records[0]["shared"]["set"]["storage_link"] == "1gbit"
     assert_audit_exact(run_dir, stores=False)
     # every epoch's images came over the storage node's link
     assert sent_bytes(before, after, ["fs"]) > EPOCHS * SAMPLES * 500
@@ -141,23 +150,17 @@ def test_a_node_lost_mid_epoch_is_named_requeued_and_resumed(nscluster, pls_run)
         "crash", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, "world.timeout_s=30"],
         env={"RUN_DIR": str(run_dir), STOP_ENV: "2:1:iteration-2"}, timeout_s=600)))
     thread.start()
+    deadline = time.monotonic() + 300
     try:
-        deadline = time.monotonic() + 300
-        while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
-            time.sleep(0.2)
-        assert (run_dir / "metrics.jsonl").exists(), "epoch 0 never finished"
-        victim = read_jsonl(run_dir / "metrics.jsonl")[0]["hosts"][2]
+        victim = wait_for_epoch(run_dir, deadline)[0]["hosts"][2]
         while not stopped_rank(victim) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert stopped_rank(victim), f"rank 2 on {victim} never reached epoch 1, iteration 2"
+        named = Watch(nscluster.work / "crash.out", "hpcshuffle: peer lost")
         crashed = time.time()
         crash = cluster_sh("crash", victim)
         assert crash.returncode == 0, crash.stderr
-        # Slurm delays a requeued job's start; release it once it waits (the resume is what is tested)
-        while thread.is_alive() and time.monotonic() < deadline + 300:
-            cluster_sh("run", "--", "bash", "-c", "for job in $(squeue -h -t PD -n hpcshuffle-train -o %i); do "
-                       "scontrol update JobId=$job StartTime=now; done")
-            thread.join(timeout=5)
+        release_requeued(thread, deadline + 300)
     finally:
         revive = cluster_sh("up", "--nodes", str(NODES), timeout_s=300)
         assert revive.returncode == 0, revive.stderr
@@ -167,11 +170,116 @@ def test_a_node_lost_mid_epoch_is_named_requeued_and_resumed(nscluster, pls_run)
     lost = [line for line in job.log.splitlines() if line.startswith("hpcshuffle: peer lost") and victim in line]
     assert lost, f"no named error about {victim}:\n{job.log[-4000:]}"
     assert "epoch 1, step 2" in lost[0], lost[0]
-    restarted = [line for line in job.log.splitlines() if "(restart 1)" in line][0]
-    print(f"crash {time.strftime('%H:%M:%S', time.localtime(crashed))}; {lost[0]}; {restarted}")
+    assert named.seen and named.seen - crashed < 60, "the lost node was not named within 60 s"
+    print(f"named {named.seen - crashed:.1f} s after the crash: {lost[0]}")
+    assert_audit_exact(run_dir)
+    assert_same_training(run_dir, reference)
+
+class Watch(threading.Thread):
+    """When `text` first appears in the file at `path` (polled every 0.2 s), in time.time()."""
+
+    def __init__(self, path, text: str, limit_s: float = 400) -> None:
+        super().__init__(daemon=True)
+        self.path, self.text, self.limit_s, self.seen = path, text, limit_s, None
+        self.start()
+
+    def run(self) -> None:
+        end = time.monotonic() + self.limit_s
+        while self.seen is None and time.monotonic() < end:
+            if self.path.exists() and self.text in self.path.read_text(errors="replace"):
+                self.seen = time.time()
+            time.sleep(0.2)
+
+
+def wait_for_epoch(run_dir, deadline: float) -> list[dict]:
+    while not (run_dir / "metrics.jsonl").exists() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert (run_dir / "metrics.jsonl").exists(), "epoch 0 never finished"
+    return read_jsonl(run_dir / "metrics.jsonl")
+
+
+def release_requeued(thread: threading.Thread, deadline: float) -> None:
+    """Slurm delays a requeued job's start (about 2 minutes): start it at once (the resume is what is tested)."""
+    while thread.is_alive() and time.monotonic() < deadline:
+        cluster_sh("run", "--", "bash", "-c", "for job in $(squeue -h -t PD -n hpcshuffle-train -o %i); do "
+                   "scontrol update JobId=$job StartTime=now; done")
+        thread.join(timeout=5)
+
+
+def assert_same_training(run_dir, reference: list[dict]) -> None:
     records = {r["epoch"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
     assert sorted(records) == list(range(EPOCHS))
-    assert_audit_exact(run_dir)
     for before in reference:  # bit-identical to the uninterrupted run
         after = records[before["epoch"]]
         assert (after["train_loss"], after["val_top1"]) == (before["train_loss"], before["val_top1"])
+
+
+def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster, pls_run):
+    """The second node's link goes down while its first rank is in epoch 1's exchange (frozen there
+    a moment so the moment is known): its peers wait in the allreduce until world.timeout_s, name
+    the node, the job is requeued, and once the link is back it resumes bit-identically."""
+    run_dir = nscluster.work / "link"
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(job=nscluster.sbatch(
+        "link", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, "world.timeout_s=20"],
+        env={"RUN_DIR": str(run_dir), STOP_ENV: "2:1:iteration-2"}, timeout_s=600)))
+    thread.start()
+    deadline = time.monotonic() + 300
+    victim = None
+    try:
+        victim = wait_for_epoch(run_dir, deadline)[0]["hosts"][2]
+        while not stopped_rank(victim) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert stopped_rank(victim), f"rank 2 on {victim} never reached epoch 1, iteration 2"
+        named = Watch(nscluster.work / "link.out", "hpcshuffle: peer lost")
+        assert cluster_sh("link", victim, "down").returncode == 0
+        cut = time.time()
+        pids = subprocess.run(["ip", "netns", "pids", f"hpcs-{victim}"], capture_output=True, text=True).stdout.split()
+        subprocess.run(["kill", "-CONT", *pids])
+        named.join(timeout=120)
+        time.sleep(30)  # the link stays down until Slurm has marked the node down (SlurmdTimeout)
+        assert cluster_sh("link", victim, "up").returncode == 0
+        release_requeued(thread, deadline + 300)
+    finally:
+        if victim:
+            cluster_sh("link", victim, "up")
+        assert cluster_sh("up", "--nodes", str(NODES), timeout_s=300).returncode == 0
+    job = result["job"]
+    assert job.rc == 0, job.log[-6000:]
+    assert "(restart 1)" in job.log, job.log[-4000:]
+    lost = [line for line in job.log.splitlines() if line.startswith("hpcshuffle: peer lost") and victim in line]
+    assert lost and "world.timeout_s=20" in lost[0], job.log[-4000:]
+    assert named.seen and named.seen - cut < 60, "the cut-off node was not named within 60 s"
+    print(f"named {named.seen - cut:.1f} s after the link went down: {lost[0]}")
+    assert_audit_exact(run_dir)
+    assert_same_training(run_dir, read_jsonl(pls_run[1] / "metrics.jsonl"))
+
+
+def test_the_storage_node_gone_during_gs_is_named_and_a_resubmission_resumes(nscluster, gs_run):
+    """GlusterFS's server stops after GS's first epoch: the next read names the lost storage and the
+    job ends (no requeue: it would fail again until the storage is back); once it is back, the same
+    submission resumes from the checkpoint and trains exactly as the uninterrupted run did."""
+    run_dir = nscluster.work / "storage"
+    result: dict = {}
+    thread = threading.Thread(target=lambda: result.update(job=nscluster.sbatch(
+        "storage", GS_ARGS, env={"RUN_DIR": str(run_dir)})))
+    thread.start()
+    try:
+        wait_for_epoch(run_dir, time.monotonic() + 300)
+        stopped = time.time()
+        assert cluster_sh("storage", "stop").returncode == 0
+        thread.join(timeout=300)
+    finally:
+        assert cluster_sh("up", "--nodes", str(NODES), timeout_s=300).returncode == 0  # the storage is back
+    job = result["job"]
+    assert job.rc == 2, job.log[-4000:]
+    named = [line for line in job.log.splitlines() if "shared storage went away during the run" in line]
+    assert named, job.log[-4000:]
+    ended = os.path.getmtime(nscluster.work / "storage.out") - stopped
+    assert ended < 60, f"the job ended {ended:.0f} s after the storage went away"
+    print(f"{named[0]} (job over {ended:.0f} s after the storage stopped)")
+    again = nscluster.sbatch("storage-again", GS_ARGS, env={"RUN_DIR": str(run_dir)})
+    assert again.rc == 0, again.log[-4000:]
+    assert "resume:" in again.log
+    assert_audit_exact(run_dir, stores=False)
+    assert_same_training(run_dir, read_jsonl(gs_run[1] / "metrics.jsonl"))

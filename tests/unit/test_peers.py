@@ -6,6 +6,8 @@ a rank of a real 3-rank run.
 
 from __future__ import annotations
 
+import time
+
 import signal
 
 import pytest
@@ -33,8 +35,8 @@ def world() -> World:
 
 
 @pytest.fixture
-def peers(world) -> Peers:
-    peers = Peers(world, timeout_s=0.5)
+def peers(world, tmp_path) -> Peers:
+    peers = Peers(world, timeout_s=0.5, run_dir=tmp_path)
     peers.nodes_at = {"10.0.0.2": {"n2"}}  # as gathered at start-up from a second node
     yield peers
     peers.close()
@@ -70,9 +72,17 @@ def test_where_follows_training(peers):
     assert peers.where() == "of epoch 2"
 
 
-def test_the_roll_call_of_one_rank_hears_itself_without_waiting():
-    assert roll_call(MPI.COMM_SELF, 1, "the gradient allreduce of epoch 0, step 2", grace_s=60) == {
+def test_the_roll_call_of_one_rank_hears_itself_without_waiting(tmp_path):
+    assert roll_call(tmp_path, 0, 1, "the gradient allreduce of epoch 0, step 2", grace_s=60) == {
         0: "the gradient allreduce of epoch 0, step 2"}
+
+
+def test_the_roll_call_hears_who_answers_within_the_grace(tmp_path):
+    (tmp_path / "rank2").write_text("validation of epoch 3")  # rank 2 answered; rank 1 never does
+    started = time.monotonic()
+    heard = roll_call(tmp_path, 0, 3, "the gradient allreduce of epoch 3, step 1", grace_s=0.5)
+    assert heard == {0: "the gradient allreduce of epoch 3, step 1", 2: "validation of epoch 3"}
+    assert 0.5 <= time.monotonic() - started < 2
 
 
 def test_missing_ranks_are_named_by_node():
