@@ -252,8 +252,11 @@ def wait_for(cluster: Cluster, job_id: str) -> Job:
     others: dict[str, str] = {}
     state, loads = "PENDING", []
     while True:
-        queue = cluster.run("squeue", "-h", "-t", "all", "-o", "%i|%T|%j|%N", check=False).stdout.splitlines()
-        rows = [line.split("|") for line in queue if line.count("|") == 3]
+        queue = cluster.run("squeue", "-h", "-t", "all", "-o", "%i|%T|%j|%N", check=False)
+        if queue.returncode != 0:  # slurmctld busy or restarting: look again
+            time.sleep(POLL_S)
+            continue
+        rows = [line.split("|") for line in queue.stdout.splitlines() if line.count("|") == 3]
         mine = [row for row in rows if row[0] == job_id]
         others.update({row[0]: f"{row[2]} on {row[3]}" for row in rows if row[0] != job_id and row[1] == "RUNNING"})
         state = mine[0][1] if mine else state
