@@ -61,8 +61,10 @@ MODEL = "small_cnn"
 BIG_FILE_BYTES = 32 << 20  # the shared-storage streaming probe
 JOB_MINUTES = 30
 BUSY_LOAD = 0.5  # a load average above this before the first run: say the times will carry other work
-HEAL_S = 600  # how long to wait for the cluster after a node failed under a job
-RETRIES = 2  # a run whose node failed is run again at most this often
+HEAL_S = 600  # how long to wait for the cluster to be whole again after a fault
+RETRIES = 2  # a run a fault of the cluster ended is run again at most this often
+FAULT_SIGNS = {"Node failure": "a node failure", "shared storage went away": "shared storage going away",
+               "Transport endpoint is not connected": "shared storage going away"}
 # sbatch --wait sleeps 2, 8, 32, 32, ... s between looks at the job (Slurm 22.05): a 12 s job returned after 42 s.
 # A look through cluster.sh costs ~0.1 s of CPU, so every 2 s.
 POLL_S = 2.0
@@ -95,10 +97,11 @@ class Cluster:
         return done
 
     def step(self, *command: str) -> subprocess.CompletedProcess:
-        """`command` (an srun step) on the login node, run once more after a node failed under it."""
+        """`command` (an srun step) on the login node, run once more after a fault of the cluster ended it."""
         done = self.run(*command, check=False)
-        if done.returncode != 0 and "Node failure" in done.stderr:
-            self.heal(f"a node failed under `{' '.join(command[:6])} ...`")
+        fault = fault_named(done.stdout + done.stderr) if done.returncode != 0 else None
+        if fault is not None:
+            self.heal(f"`{' '.join(command[:6])} ...` ended by {fault}")
             done = self.run(*command, check=False)
         if done.returncode != 0:
             sys.exit(f"on the cluster's login node, `{' '.join(command)}` failed (exit {done.returncode}):\n"
@@ -118,6 +121,12 @@ class Cluster:
                 if time.monotonic() > deadline:
                     sys.exit(f"{why}, and the cluster did not come back within {HEAL_S} s: {err}")
             time.sleep(10)
+
+
+def fault_named(output: str) -> str | None:
+    """The fault of the cluster a failed command's output names, if any: what `cluster.sh crash NODE`
+    and `cluster.sh storage stop` do to jobs on it (someone may be testing faults on this cluster)."""
+    return next((fault for sign, fault in FAULT_SIGNS.items() if sign in output), None)
 
 
 def snapshot(workdir: Path) -> Path:
@@ -275,6 +284,15 @@ def wait_for(cluster: Cluster, job_id: str) -> Job:
     return Job(job_id, fields.get("JobState", state), fields.get("ExitCode", "?"), queued, others, load)
 
 
+def cluster_fault(job: Job, log: Path) -> str | None:
+    """What fault of the cluster (not of the run) ended `job`, if one did."""
+    if job.state == "NODE_FAIL":
+        return "a node failure"
+    if job.exit_code.startswith("76:"):
+        return "a lost peer (exit 76)"
+    return fault_named(log.read_text()) if log.exists() and job.state != "COMPLETED" else None
+
+
 def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, overrides: list[str],
             epochs: int) -> tuple[list[dict], str]:
     """The run's records (reused when complete) and a word on how its job went."""
@@ -287,16 +305,17 @@ def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, ov
     (run_dir / ".complete").unlink(missing_ok=True)
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    failed = []  # jobs a node failed under
+    failed = []  # jobs a fault of the cluster ended
     while True:
         job = wait_for(cluster, submit(cluster, run_dir, nodes, ranks_per_node, train_arguments(overrides, epochs)))
-        if job.state != "NODE_FAIL" or len(failed) == RETRIES:
+        log = run_dir / f"job-{job.job_id}.out"
+        fault = cluster_fault(job, log)
+        if fault is None or len(failed) == RETRIES:
             break
         failed.append(job.job_id)
-        cluster.heal(f"a node failed under job {job.job_id} ({run_dir})")
+        cluster.heal(f"job {job.job_id} ({run_dir}) ended by {fault}")
         completed(run_dir, epochs)  # the records of the cut-short run go
         (run_dir / ".complete").unlink(missing_ok=True)
-    log = run_dir / f"job-{job.job_id}.out"
     if job.state != "COMPLETED" or job.exit_code != "0:0" or len(records(run_dir)) < epochs:
         tail = log.read_text()[-3000:] if log.exists() else "(no job output)"
         sys.exit(f"job {job.job_id} into {run_dir} ended {job.state}, exit {job.exit_code}; {log}:\n{tail}")
@@ -304,7 +323,7 @@ def measure(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, ov
     seconds = time.perf_counter() - started
     return records(run_dir), (f"job {job.job_id} in {seconds:.0f} s (queued {job.queued_s:.0f} s), load {load:.1f} "
                               f"before, {job.load:.1f} during" + (f"; ran beside {beside}" if beside else "")
-                              + (f"; after a node failed under job(s) {', '.join(failed)}" if failed else ""))
+                              + (f"; after a fault of the cluster ended job(s) {', '.join(failed)}" if failed else ""))
 
 
 def run_row(nodes: int, means: dict, last: dict) -> dict:

@@ -78,6 +78,17 @@ def test_after_a_node_failure_it_waits_for_enough_usable_nodes_and_leaves_out_th
     assert cluster.placement() == ["--exclude=node1"]
 
 
+def test_a_fault_of_the_cluster_is_told_from_a_failed_run(scaling, tmp_path):
+    log = tmp_path / "job.out"
+    log.write_text("hpcshuffle: error on rank 0: shared storage went away during the run: /pfs/x cannot be read\n")
+    job = scaling.Job("7", "FAILED", "2:0", 0.0, {}, 1.0)
+    assert scaling.cluster_fault(job, log) == "shared storage going away"
+    assert scaling.cluster_fault(scaling.Job("7", "NODE_FAIL", "0:15", 0.0, {}, 1.0), tmp_path / "none") \
+        == "a node failure"
+    log.write_text("hpcshuffle: error on rank 0: q must be in [0, 1], got 2\n")
+    assert scaling.cluster_fault(job, log) is None
+
+
 def test_the_platform_holds_the_measurements_it_names(scaling, tmp_path):
     from cluster_platform import rate_bytes_per_s, write_platform
 
