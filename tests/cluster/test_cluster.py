@@ -8,6 +8,7 @@ them. One job loses a node mid-epoch and must be named, requeued and resumed bit
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -217,17 +218,21 @@ def assert_same_training(run_dir, reference: list[dict]) -> None:
 def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster, pls_run):
     """The second node's link goes down while its first rank is in epoch 1's exchange (frozen there
     a moment so the moment is known): its peers wait in the allreduce until world.timeout_s, name
-    the node, the job is requeued, and once the link is back it resumes bit-identically."""
-    run_dir = nscluster.work / "link"
+    the node, the job is requeued, and once the link is back it resumes bit-identically. The run
+    directory is on /pfs, as on a cluster: the cut-off node cannot answer the roll call there."""
+    run_dir = f"/pfs/cluster-tests/{nscluster.work.name}/link"
     result: dict = {}
     thread = threading.Thread(target=lambda: result.update(job=nscluster.sbatch(
         "link", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, "world.timeout_s=20"],
-        env={"RUN_DIR": str(run_dir), STOP_ENV: "2:1:iteration-2"}, timeout_s=600)))
+        env={"RUN_DIR": run_dir, STOP_ENV: "2:1:iteration-2"}, timeout_s=600)))
     thread.start()
     deadline = time.monotonic() + 300
     victim = None
     try:
-        victim = wait_for_epoch(run_dir, deadline)[0]["hosts"][2]
+        while cluster_sh("run", "--", "test", "-s", f"{run_dir}/metrics.jsonl").returncode and time.monotonic() < deadline:
+            time.sleep(0.5)
+        first = json.loads(cluster_sh("run", "--", "head", "-1", f"{run_dir}/metrics.jsonl").stdout)
+        victim = first["hosts"][2]
         while not stopped_rank(victim) and time.monotonic() < deadline:
             time.sleep(0.2)
         assert stopped_rank(victim), f"rank 2 on {victim} never reached epoch 1, iteration 2"
@@ -251,8 +256,10 @@ def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster
     assert lost and "world.timeout_s=20" in lost[0], job.log[-4000:]
     assert named.seen and named.seen - cut < 60, "the cut-off node was not named within 60 s"
     print(f"named {named.seen - cut:.1f} s after the link went down: {lost[0]}")
-    assert_audit_exact(run_dir)
-    assert_same_training(run_dir, read_jsonl(pls_run[1] / "metrics.jsonl"))
+    local = nscluster.work / "link"
+    assert cluster_sh("run", "--", "cp", "-r", run_dir, str(local)).returncode == 0
+    assert_audit_exact(local)
+    assert_same_training(local, read_jsonl(pls_run[1] / "metrics.jsonl"))
 
 
 def test_the_storage_node_gone_during_gs_is_named_and_a_resubmission_resumes(nscluster, gs_run):
