@@ -49,6 +49,7 @@ does as well here.
 
     python benchmarks/loader.py [--pfs auto] [--samples 2000] [--size 352] [--workers 2] [--io-threads 8]
     python benchmarks/loader.py --pfs emulated --samples 128 --size 64 --batches 3 --rounds 1   # seconds
+    bash scripts/cluster.sh run -- srun -N 1 python benchmarks/loader.py --pfs gluster --mount /pfs   # on a node
 
 Prints a table and, last, `unordered/DataLoader ratio: X` (samples/s of the threaded fetcher over
 the plain DataLoader; > 1 is faster).
@@ -77,7 +78,7 @@ from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.loader import EpochOrder, Samples, make_loader
-from hpcshuffle.shared_io import START_HINT, direct_io, shared_mount
+from hpcshuffle.shared_io import START_HINT, describe, direct_io, shared_mount
 
 
 @dataclass(frozen=True)
@@ -184,12 +185,14 @@ def open_pfs(pfs: str, args: argparse.Namespace, work: Path) -> tuple[Catalog, s
     cache read. `auto`: gluster when the mount is up or root can start it, else emulated.
     """
     if pfs != "emulated":
-        mount, found = shared_mount(start=True)
+        mount, found = (Path(args.mount), "given with --mount") if args.mount else shared_mount(start=True)
         if mount is not None:
             catalog = shared_dataset(mount, args.samples, args.size, args.seed)
             how = ("direct I/O: the client caches nothing" if direct_io(mount) else
                    "guarded: every read drops the file's pages (storage.shared_reads=uncached)")
-            return catalog, f"GlusterFS mount {mount} ({found}), {how}, so every epoch reads the file system"
+            settings = describe(catalog).get("set")  # what the volume's owner set (cluster.sh: latency, link)
+            return catalog, (f"GlusterFS mount {mount} ({found}), {how}, so every epoch reads the file system"
+                             + (f"; set for it, not measured: {settings}" if settings else ""))
         if pfs == "gluster":
             sys.exit(f"--pfs gluster: {found}; start it with `{START_HINT}` (root) or use --pfs emulated")
         note = f" (no GlusterFS mount: {found})"
@@ -208,6 +211,9 @@ def open_pfs(pfs: str, args: argparse.Namespace, work: Path) -> tuple[Catalog, s
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--mount", default=None,
+                        help="with --pfs gluster: read this mount (e.g. /pfs on a node of scripts/cluster.sh) "
+                             "instead of scripts/shared_fs.sh's")
     parser.add_argument("--pfs", default="auto", choices=("auto", "gluster", "emulated"),
                         help="what to read: the GlusterFS mount, the emulation, or the mount when it is up "
                              "(or root can start it), else the emulation")
