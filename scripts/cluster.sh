@@ -510,18 +510,23 @@ _holder() {
     exec sleep infinity
 }
 
-case "${1:-}" in
-    up) shift; up "$@" ;;
-    down) down ;;
-    status) status ;;
-    run) shift; [ "${1:-}" = -- ] && shift; [ $# -gt 0 ] || die "run: give a command, e.g. run -- sinfo"; run "$@" ;;
-    counters) counters ;;
-    crash) need_root; crash "${2:-}" ;;
-    link) need_root; link "${2:-}" "${3:-}" ;;
-    storage) need_root; storage "${2:-}" ;;
-    _root) _root ;;
-    _holder) _holder "$2" ;;
-    *) echo "usage: $0 up [--nodes K] [--link RATE] [--storage-link RATE] [--storage-latency-ms MS] | status | down" \
-            "| run -- CMD... | counters | crash NODE | link NODE down|up | storage stop|start" >&2
-       exit 2 ;;
-esac
+main() {
+    case "${1:-}" in
+        up) shift; up "$@" ;;
+        down) down ;;
+        status) status ;;
+        run) shift; [ "${1:-}" = -- ] && shift; [ $# -gt 0 ] || die "run: give a command, e.g. run -- sinfo"; run "$@" ;;
+        counters) counters ;;
+        crash) need_root; crash "${2:-}" ;;
+        link) need_root; link "${2:-}" "${3:-}" ;;
+        storage) need_root; storage "${2:-}" ;;
+        _root) _root ;;
+        _holder) _holder "$2" ;;
+        *) echo "usage: $0 up [--nodes K] [--link RATE] [--storage-link RATE] [--storage-latency-ms MS] | status | down" \
+                "| run -- CMD... | counters | crash NODE | link NODE down|up | storage stop|start" >&2
+           exit 2 ;;
+    esac
+}
+
+# on one line: bash reads a script as it runs it, so an edit during a long `run` must not be read
+main "$@"; exit $?

@@ -290,3 +290,33 @@ def test_the_storage_node_gone_during_gs_is_named_and_a_resubmission_resumes(nsc
     assert "resume:" in again.log
     assert_audit_exact(run_dir, stores=False)
     assert_same_training(run_dir, read_jsonl(gs_run[1] / "metrics.jsonl"))
+
+
+@pytest.mark.parametrize("name, overrides, crosses", [
+    ("ls", ["shuffle=local"], False),
+    ("locality", ["shuffle=locality"], True),
+    ("shards", ["dataset=synthetic_webdataset", f"dataset.root={DATASET}_wds", "dataset.synthesize.shard_samples=16",
+                "shuffle=partial", "shuffle.q=0.5", "shuffle.unit=shard"], True),
+])
+def test_the_other_strategies_across_nodes(nscluster, name, overrides, crosses):
+    """LS trains from node-local stores staged over the storage link and sends nothing between
+    nodes; locality-aware loading lends samples across them, and PLS moves whole shards of a packed
+    dataset: each with the audit exact and what moved seen on the nodes' links."""
+    run_dir = nscluster.work / name
+    before = nscluster.counters()
+    job = nscluster.sbatch(name, ["-N", "2", "--ntasks-per-node", "1", "--cpus-per-task", "1", "jobs/train.sbatch",
+                                  *COMMON, *overrides], env={"RUN_DIR": str(run_dir)})
+    after = nscluster.counters()
+    assert job.rc == 0, job.log[-4000:]
+    records = read_jsonl(run_dir / "metrics.jsonl")
+    hosts = records[0]["hosts"]
+    assert len(set(hosts)) == 2
+    assert_audit_exact(run_dir)
+    moved = sum(r["samples"]["sent"] for r in records)
+    assert all(r["samples"]["read_shared"] == 0 for r in records)
+    if crosses:
+        assert moved > 0 and sent_bytes(before, after, hosts) > moved * 500
+    else:
+        assert moved == 0
+    print(f"{name}: {moved} samples moved between the nodes; their links sent "
+          f"{sent_bytes(before, after, hosts) / 1e6:.1f} MB")
