@@ -176,10 +176,6 @@ write_config() {  # in the root holder's mount namespace: the files only the clu
         cat <<EOF
 ClusterName=nscluster
 SlurmctldHost=ctl($(address ctl))
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
 AuthInfo=socket=$STATE/munge/munge.socket
 StateSaveLocation=$STATE/slurm/ctld
 SlurmdSpoolDir=$STATE/slurm/%n
@@ -188,15 +184,8 @@ SlurmdPidFile=$STATE/run/%n.slurmd.pid
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/%n.slurmd.log
 SlurmdParameters=config_overrides
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
 MpiDefault=pmi2
-MailProg=/bin/true
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
+$(grep -v '^#' "$(dirname "$SELF")/slurm_common.conf")
 # job ids from the clock: a later cluster never reuses a run directory named by job id
 FirstJobId=$(( $(date +%s) % 60000000 + 1 ))
 SlurmdTimeout=15

@@ -43,25 +43,14 @@ configure() {
 $MARK
 ClusterName=local
 SlurmctldHost=${host}(127.0.0.1)
-SlurmUser=root
-SlurmdUser=root
-AuthType=auth/munge
-CredType=cred/munge
 StateSaveLocation=$STATE/ctld
 SlurmdSpoolDir=$STATE/d
 SlurmctldLogFile=$STATE/log/slurmctld.log
 SlurmdLogFile=$STATE/log/slurmd.log
 SlurmctldPidFile=$STATE/slurmctld.pid
 SlurmdPidFile=$STATE/slurmd.pid
-ProctrackType=proctrack/linuxproc
-TaskPlugin=task/none
-AccountingStorageType=accounting_storage/none
-JobAcctGatherType=jobacct_gather/none
 MpiDefault=none
-MailProg=/bin/true
-SelectType=select/cons_tres
-SelectTypeParameters=CR_Core
-ReturnToService=2
+$(grep -v '^#' "$(dirname "${BASH_SOURCE[0]}")/slurm_common.conf")
 NodeName=${host} NodeAddr=127.0.0.1 CPUs=${cpus} RealMemory=${memory} State=UNKNOWN
 PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE:4
 EOF
