@@ -39,6 +39,11 @@ Measured on the 2-core VM with the defaults (2000 JPEGs of 352 px, ~107 KB like 
   1.23, `--size 64` 1.22, and the best, a light decode far from ImageNet's (`--size 160
   --image-size 112`, 23 KB), 1.44. A remote file system whose servers run elsewhere leaves its
   wait on the client idle; the emulation is that case.
+- gluster on node1 of the namespace cluster, 5 ms set per read call on the storage node's brick
+  (`scripts/cluster.sh up --storage-latency-ms 5`, `--mount /pfs`; benchmarks/results/
+  loader-cluster-5ms-2026-11-25.txt), 2 runs: 2.75-2.83 (DataLoader 70-74 samples/s at 37% busy,
+  unordered 198-208 at 90-92%). A read now waits 18-19 ms of which 3-4 ms is CPU: there is a wait
+  to hide, and the fetcher passes Rinas et al.'s 1.89.
 - emulated (`--pfs emulated`): 1.43-1.50 (2 runs), bounded by (wait + decode) / decode = 2.0 and
   by the plain loader's 61% busy cores (1/0.61 = 1.6): collating and shipping the batches take
   CPU too. With `--size 320` (89 KB, decode 1.9 ms) it measured 1.57-1.60 before.

@@ -255,7 +255,7 @@ slurmd_up() {
 gl() { inside fs timeout 30 gluster --mode=script "$@"; }
 
 storage_up() {
-    local pid info current value i
+    local pid info current value i regraphed=0
     pid=$(cat "$STATE/run/glusterd.pid" 2>/dev/null || true)
     if ! alive "$pid"; then
         inside fs setsid glusterd --no-daemon --log-file="$STATE/fs/log/glusterd.log" \
@@ -274,18 +274,25 @@ storage_up() {
     current=$(gl volume get "$VOLUME" all)
     local options=("${OPTIONS[@]}")
     local latency_us=$(( $(setting storage_latency_ms) * 1000 ))
-    if [ "$latency_us" -gt 0 ]; then
-        options+=(debug.delay-gen on delay-gen.enable read delay-gen.delay-percentage 100
+    if [ "$latency_us" -gt 0 ]; then  # the delay-gen translator goes right above the brick's posix
+        options+=(debug.delay-gen posix delay-gen.enable read delay-gen.delay-percentage 100
                   delay-gen.delay-duration "$latency_us")
-    else
-        options+=(debug.delay-gen off)
+    elif [ "$(awk '$1 == "debug.delay-gen" {print $2}' <<<"$current")" != off ]; then
+        gl volume reset "$VOLUME" debug.delay-gen >/dev/null || die "gluster volume reset $VOLUME debug.delay-gen failed"
+        regraphed=1
     fi
     for ((i = 0; i < ${#options[@]}; i += 2)); do
         value=$(awk -v k="${options[i]}" '$1 == k {print $2; exit}' <<<"$current")
         [ "$value" = "${options[i + 1]}" ] && continue
         gl volume set "$VOLUME" "${options[i]}" "${options[i + 1]}" >/dev/null \
             || die "gluster volume set $VOLUME ${options[i]} ${options[i + 1]} failed"
+        [ "${options[i]}" != debug.delay-gen ] || regraphed=1
     done
+    # a running brick keeps its translators: one added or removed takes a restart (before any mount)
+    if [ "${regraphed:-0}" = 1 ] && grep -q '^Status: Started' <<<"$info"; then
+        gl volume stop "$VOLUME" force >/dev/null || die "gluster volume stop $VOLUME failed"
+        info=$(gl volume info "$VOLUME")
+    fi
     if ! grep -q '^Status: Started' <<<"$info"; then
         gl volume start "$VOLUME" >/dev/null || die "gluster volume start $VOLUME failed"
     elif [ -z "$(ns_pids fs glusterfsd)" ]; then

@@ -23,6 +23,8 @@ SCRIPT = REPO / "scripts" / "cluster.sh"
 STATE = Path(os.environ.get("HPCSHUFFLE_CLUSTER_STATE", "/var/tmp/hpcshuffle-cluster"))
 NODES = 3
 SETTINGS = f"nodes={NODES} link=10gbit storage_link=1gbit storage_latency_ms=0"
+# a job's states that do not change any more (a requeued job goes back to PENDING instead)
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL")
 
 
 def cluster_sh(*args: str, timeout_s: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
@@ -42,16 +44,22 @@ class Cluster:
     work: Path  # a directory of this session every node sees (under the repository's results/)
 
     def sbatch(self, name: str, args: list[str], env: dict[str, str] | None = None, timeout_s: float = 420) -> Job:
-        """`sbatch --wait` on the login node; the job's output goes to <work>/<name>.out."""
+        """Submit on the login node and wait for the job's end (through requeues); its output goes to
+        <work>/<name>.out. Polled every second: `sbatch --wait` notices an end up to 32 s late."""
         log = self.work / f"{name}.out"
-        try:
-            result = cluster_sh("run", "--", "sbatch", "--wait", "--parsable", f"--output={log}", *args,
-                                timeout_s=timeout_s, env=env)
-        except subprocess.TimeoutExpired:
-            cluster_sh("run", "--", "scancel", "--name", "hpcshuffle-train")
-            pytest.fail(f"job {name} did not finish in {timeout_s} s:\n{log.read_text() if log.exists() else ''}")
-        job_id = result.stdout.strip().split(";")[0]
-        return Job(result.returncode, (log.read_text() if log.exists() else "") + result.stderr, job_id)
+        submitted = cluster_sh("run", "--", "sbatch", "--parsable", f"--output={log}", *args, env=env)
+        assert submitted.returncode == 0, submitted.stderr
+        job_id = submitted.stdout.strip().split(";")[0]
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            state = cluster_sh("run", "--", "scontrol", "show", "job", "-o", job_id).stdout
+            found = dict(field.split("=", 1) for field in state.split() if "=" in field)
+            if found.get("JobState") in ENDED:
+                rc = int(found["ExitCode"].split(":")[0]) or (0 if found["JobState"] == "COMPLETED" else 1)
+                return Job(rc, log.read_text() if log.exists() else "", job_id)
+            time.sleep(1)
+        cluster_sh("run", "--", "scancel", job_id)
+        pytest.fail(f"job {name} ({job_id}) did not finish in {timeout_s} s:\n{log.read_text() if log.exists() else ''}")
 
     def counters(self) -> dict[str, tuple[int, int]]:
         """Bytes (received, sent) on each host's link."""
