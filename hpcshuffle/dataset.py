@@ -13,7 +13,7 @@ from hpcshuffle.config import RunConfig
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-from hpcshuffle.shared_io import UNCACHED, check_shared_dir, mount_of, node_memory_bytes, warnings_for
+from hpcshuffle.shared_io import START_HINT, UNCACHED, check_shared_dir, mount_of, node_memory_bytes, warnings_for
 from hpcshuffle.world import World, agree, on_root
 
 
@@ -43,8 +43,8 @@ def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
         except OSError as err:  # the file system itself, not a sample: name it and the way back
             raise DatasetError(
                 f"dataset.root {dataset.root} cannot be read ({err.strerror or err}: {err.filename}); if it lies on "
-                "shared storage, bring that back (e.g. bash scripts/shared_fs.sh start) and run the same command "
-                "again: a run resumes from its last checkpoint"
+                f"shared storage, bring that back (e.g. {START_HINT}) and run the same command again: a run "
+                "resumes from its last checkpoint"
             ) from None
 
     train, val = on_root(world, reachable_listing, DatasetError, ValueError)

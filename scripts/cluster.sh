@@ -40,14 +40,10 @@ VOLUME=pfs
 MAX_NODES=32
 BURST=128kb                 # tbf bucket: at least one 64 KB GSO segment of the veth
 source "$(dirname "$SELF")/gluster_options.sh"
+source "$(dirname "$SELF")/processes.sh"  # alive
 
 say() { echo "cluster: $*" >&2; }
 die() { say "$*"; exit 1; }
-
-alive() {  # PID 1 may not reap here: a zombie is not alive
-    local pid=${1:-}
-    [ -n "$pid" ] && [ -e "/proc/$pid" ] && [ "$(ps -o stat= -p "$pid" | cut -c1)" != "Z" ]
-}
 
 address() {  # address HOST
     case $1 in

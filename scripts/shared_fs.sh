@@ -41,14 +41,10 @@ BRICK=$STATE/brick
 LOG=$STATE/log
 # volume options: the client's caches off, a dead server noticed within seconds (shared with cluster.sh)
 source "$(dirname "${BASH_SOURCE[0]}")/gluster_options.sh"
+source "$(dirname "${BASH_SOURCE[0]}")/processes.sh"  # alive, ours
 
 say() { echo "shared_fs: $*" >&2; }
 die() { say "$*"; exit 1; }
-
-alive() {  # PID 1 may not reap here: a zombie is not alive
-    local pid=$1
-    [ -n "$pid" ] && [ -e "/proc/$pid" ] && [ "$(ps -o stat= -p "$pid" | cut -c1)" != "Z" ]
-}
 
 gl() { timeout 20 gluster --mode=script "$@"; }
 answers() { timeout 10 gluster --mode=script volume list >/dev/null 2>&1; }
@@ -64,16 +60,6 @@ volume_mounted() {
     local what
     what=$(mounted_as)
     [ "${what%% *}" = fuse.glusterfs ] && [ "${what##*[:/]}" = "$VOLUME" ] && timeout 10 stat -t "$MOUNT/." >/dev/null 2>&1
-}
-
-# processes named $1 in this network namespace (not zombies): a glusterd of the namespace
-# cluster (scripts/cluster.sh) is not one this script can talk to
-ours() {
-    local pid here
-    here=$(readlink /proc/self/ns/net)
-    for pid in $(pgrep -x "$1" || true); do
-        if alive "$pid" && [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$here" ]; then echo "$pid"; fi
-    done
 }
 
 glusterds() { ours glusterd; }

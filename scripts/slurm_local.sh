@@ -16,10 +16,7 @@ MARK="# written by hpcshuffle scripts/slurm_local.sh"
 
 answers() { timeout 10 sinfo -h >/dev/null 2>&1; }
 
-alive() {  # PID 1 may not reap here: a zombie is not alive
-    local pid=$1
-    [ -n "$pid" ] && [ -e "/proc/$pid" ] && [ "$(ps -o stat= -p "$pid" | cut -c1)" != "Z" ]
-}
+source "$(dirname "${BASH_SOURCE[0]}")/processes.sh"  # alive, ours
 
 install() {
     command -v slurmctld >/dev/null && command -v sbatch >/dev/null && command -v munged >/dev/null && return
@@ -59,13 +56,9 @@ EOF
 # start munged unless one runs; the pid of one started here goes to $STATE/munged.pid for `stop`
 start_munged() {
     local pid
-    local here
-    here=$(readlink /proc/self/ns/net)
-    for pid in $(pgrep -x munged || true); do  # one of the namespace cluster's (cluster.sh) is not ours
-        if alive "$pid" && [ "$(readlink "/proc/$pid/ns/net")" = "$here" ]; then
-            echo "using the munged already running here (pid $pid)"
-            return
-        fi
+    for pid in $(ours munged); do  # one of the namespace cluster's (cluster.sh) is not ours
+        echo "using the munged already running here (pid $pid)"
+        return
     done
     rm -f /run/munge/munged.pid
     runuser -u munge -- /usr/sbin/munged
