@@ -144,7 +144,9 @@ class Platform:
     datasets: dict[str, Dataset]
     description: str = ""
     source: str = ""  # the file it was read from
-    extra: dict[str, Any] = field(default_factory=dict)  # `calibration:` notes, kept for the record
+    # kept for the record and for re-deriving variants: `calibration:` notes, `ranges:` (each knob's
+    # sourced low/high, read by `scale --sensitivity`) and `raw` (the mapping this was built from)
+    extra: dict[str, Any] = field(default_factory=dict)
 
     def nodes_for(self, workers: int) -> int:
         """Nodes a run of `workers` ranks occupies (ranks fill nodes in order)."""
@@ -187,7 +189,7 @@ SECTIONS = {
 TABLES = {"models": Model, "datasets": Dataset}
 SCALARS = {"name": str, "description": str, "nodes": int, "ranks_per_node": int, "cpu_cores_per_node": int,
            "accelerators_per_node": int}
-OPTIONAL = {"description", "calibration"}
+OPTIONAL = {"description", "calibration", "ranges"}
 # capacities the simulation divides by or waits on: 0 would deadlock SimGrid or divide by zero
 POSITIVE = {(Network, "link_bandwidth"), (Network, "intra_node_bandwidth"), (LocalStore, "read_bandwidth"),
             (LocalStore, "write_bandwidth"), (SharedStorage, "read_bandwidth"), (SharedStorage, "read_rate"),
@@ -244,7 +246,8 @@ def platform_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Platform:
     if min(values["nodes"], values["ranks_per_node"], values["cpu_cores_per_node"]) < 1 or values["accelerators_per_node"] < 0:
         raise PlatformError(f"{source}: nodes, ranks_per_node and cpu_cores_per_node must be >= 1, "
                             "accelerators_per_node >= 0 (0: FW+BW on the CPU cores)")
-    return Platform(**values, source=source, extra={"calibration": raw.get("calibration")})
+    return Platform(**values, source=source,
+                    extra={"calibration": raw.get("calibration"), "ranges": raw.get("ranges") or {}, "raw": raw})
 
 
 def _refuse_unknown(raw: dict, allowed: set[str], source: str, prefix: str) -> None:
