@@ -61,8 +61,9 @@ local:                              # node-local /tmp: a directory of the machin
 shared:                             # /pfs: one GlusterFS brick on the storage node, FUSE clients with direct I/O
   # the setting storage_link={storage_link} is {storage_set}
   read_bandwidth: {shared_bw:.4e}     # [NODE] a {big_mib} MiB file streamed from /pfs
-  read_rate: {not_limiting:.4e}          # ASSUMPTION: not limiting (not measured; the per-file cost is file_latency)
-  metadata_rate: {not_limiting:.4e}      # ASSUMPTION: as read_rate
+  metadata_rate: {not_limiting:.4e}      # ASSUMPTION: not limiting (not measured; the per-file cost is file_latency)
+  servers: 1                     # ASSUMPTION: no queue (not measured; the per-file cost is file_latency)
+  service: {{dist: fixed, mean: 0.0}}
   # a file read as GS reads it ({shared_file:.3g} s) minus its bytes at read_bandwidth and the client's CPU;
   # it includes the storage_latency_ms={latency} set on the brick [SET]
   file_latency: {shared_lat:.4e}       # [NODE]

@@ -2,11 +2,13 @@
 
 What the model charges, per rank and iteration (every knob is documented in scale/platform.py):
 
-- **I/O** — reading the batch: ⌈files / loader.workers⌉ per-file latencies; `loader.cpu_per_file`
-  (and a FUSE client's `shared.client_cpu_per_file`) of CPU time per file on the node's cores;
-  the bytes from the node's SSD (a SimGrid disk shared by the node's ranks) or, for shared storage,
-  one open on the metadata service, one random read on the data servers and the bytes from their
-  aggregate bandwidth — each a capacity every reader in the job shares. With `loader.prefetch` > 0
+- **I/O** — reading the batch, `loader.workers` files in flight: from the node's SSD,
+  ⌈files / workers⌉ per-file latencies and the bytes from the node's disk (shared by the node's
+  ranks); from shared storage, the servers' queues of scale/storage.py (each file its RPCs, its
+  wait and its service time, drawn, so ranks drift apart), one open on the metadata service and
+  the bytes from the servers' aggregate bandwidth, capacities every reader shares. Then
+  `loader.cpu_per_file` (and a FUSE client's `shared.client_cpu_per_file`) of CPU time per file on
+  the node's cores, spread over the workers. With `loader.prefetch` > 0
   a loader actor on the node's CPU reads that many batches ahead, so only the wait for the batch
   counts, as in the real loop; with 0 the rank reads in the loop.
 - **Exchange** (PLS) — the plan's moves of that iteration, one message per destination through
@@ -17,8 +19,9 @@ What the model charges, per rank and iteration (every knob is documented in scal
   the borrower waits for the lender's samples (SSD read + transfer) before its step.
 - **FW+BW** — `batch × fwbw_per_sample` on one of the node's accelerators (or, with none, its CPU
   cores); more ranks than accelerators share them.
-- **Allreduce** — every rank waits for the slowest (a barrier: synchronous SGD), then an α–β ring
-  model (on a platform without accelerators, CPU time on the node's cores, as gloo's is). A
+- **Allreduce** — every rank waits for the slowest (a barrier: synchronous SGD), then what of an
+  α–β ring model its buckets did not hide behind backward (`Allreduce.exposed`; on a platform
+  without accelerators, CPU time on the node's cores, as gloo's is). A
   simulated ring would put 2(M−1) messages per rank on the network every iteration, O(M²)
   events an epoch; the α–β model is what NCCL's own tuner uses, and it is calibrated.
 - **Epoch end** — each rank drains its last exchange messages and disk writes, then a barrier.
@@ -34,7 +37,8 @@ import time
 from dataclasses import asdict, dataclass
 
 from hpcshuffle.plan import PlanSpec, get_strategy, run_label
-from hpcshuffle.scale.platform import Platform
+from hpcshuffle.scale.platform import BACKWARD_SHARE, Platform
+from hpcshuffle.scale.storage import SharedQueues
 from hpcshuffle.scale.traffic import EpochTraffic, epoch_traffic
 
 PHASES = ("io", "exchange", "fwbw", "allreduce")
@@ -85,7 +89,8 @@ class Scenario:
 
 @dataclass(frozen=True)
 class Result:
-    """Seconds per epoch: `epoch_s` of the slowest rank, each phase the mean over ranks."""
+    """Seconds per epoch: `epoch_s` of the slowest rank, each phase the mean over ranks; `io_min_s` and
+    `io_max_s` the I/O of the fastest and the slowest rank."""
 
     workers: int
     shuffle: str
@@ -98,6 +103,8 @@ class Result:
     iterations: int
     wall_s: float  # real seconds the simulation took
     scope: str = "rank"
+    io_min_s: float = 0.0
+    io_max_s: float = 0.0
 
     @property
     def label(self) -> str:
@@ -155,6 +162,7 @@ def _simulate_here(platform: Platform, scenario: Scenario) -> Result:
         workers=ranks, shuffle=scenario.shuffle, q=traffic.spec.q,
         epoch_s=max(totals["epoch"]), iterations=traffic.iterations,
         wall_s=time.perf_counter() - started, scope=scenario.scope,
+        io_min_s=min(totals["io"]), io_max_s=max(totals["io"]),
         **{f"{phase}_s": sum(totals[phase]) / ranks for phase in PHASES},
     )
 
@@ -167,10 +175,11 @@ class EpochSimulation:
         self.ranks = scenario.workers
         self.model = platform.model(scenario.model)
         self.sample_bytes = platform.dataset(scenario.dataset).sample_bytes
-        self.allreduce_s = platform.allreduce.seconds(self.ranks, self.model.gradient_bytes)
         self.engine = sg.Engine(["hpcshuffle-scale", "--log=root.thres:critical",
                                  "--cfg=network/model:LV08"])
         self.node_hosts, self.node_disks = self._build_cluster()
+        self.queues = SharedQueues(platform.shared, len(self.node_hosts), scenario.seed, scenario.epoch)
+        self.exposed: dict[int, float] = {}  # batch size -> the allreduce's seconds after backward
         self.barrier = sg.Barrier(self.ranks)
         self.totals = {phase: [0.0] * self.ranks for phase in (*PHASES, "epoch")}
 
@@ -217,16 +226,15 @@ class EpochSimulation:
                 device.core_count = platform.accelerators_per_node
                 self.compute_hosts.append(device.seal())
             devices.seal()
-        # the shared file system as its capacity, every reader sharing each part: the metadata
-        # service's opens/s, the data servers' random reads/s and their bandwidth. Each is a
-        # SimGrid disk whose "bytes" are files for the first two (a remote Exec stalls in 3.32).
+        # the shared file system's capacities, every reader sharing each: the metadata service's
+        # opens/s and the servers' bandwidth (their queues are scale/storage.py's). Each is a
+        # SimGrid disk whose "bytes" are files for the first (a remote Exec stalls in 3.32).
         storage = sg.NetZone.create_full_zone("storage")
         storage.set_parent(root)
         shared = platform.shared
         servers = storage.create_host("servers", 1.0)
         self.shared_disks = (
             (servers.create_disk("opens", shared.metadata_rate, shared.metadata_rate), 1.0),
-            (servers.create_disk("random-reads", shared.read_rate, shared.read_rate), 1.0),
             (servers.create_disk("bandwidth", shared.read_bandwidth, shared.read_bandwidth), self.sample_bytes),
         )
         servers.seal()
@@ -290,25 +298,31 @@ class EpochSimulation:
         files = local + shared
         if files == 0:
             return
-        latency = -(-local // workers) * platform.local.file_latency + -(-shared // workers) * platform.shared.file_latency
-        sg.this_actor.sleep_for(latency)
-        self._cpu(files * platform.loader.cpu_per_file + shared * platform.shared.client_cpu_per_file, on_cpu)
+        node = rank // platform.ranks_per_node
+        waited = -(-local // workers) * platform.local.file_latency
+        waited += self.queues.read(sg.Engine.clock + waited, node, shared, workers)
+        sg.this_actor.sleep_for(waited)
+        self._cpu(files * platform.loader.cpu_per_file + shared * platform.shared.client_cpu_per_file, on_cpu,
+                  threads=min(workers, files))
         activities = []
         if local:
-            activities.append(self.node_disks[rank // platform.ranks_per_node].read_async(int(local * self.sample_bytes)))
+            activities.append(self.node_disks[node].read_async(int(local * self.sample_bytes)))
         if shared:
             activities += [disk.read_async(int(shared * unit)) for disk, unit in self.shared_disks]
         for activity in activities:
             activity.wait()
 
-    def _cpu(self, seconds: float, on_cpu: bool) -> None:
-        """Spend `seconds` of one CPU core: contended on the node's cores where the actor runs there;
-        an actor on an accelerator just waits (SimGrid 3.32's Python bindings stall on an Exec
-        placed on another host, and its 10 cores per GPU are rarely the bottleneck)."""
-        if on_cpu:
+    def _cpu(self, seconds: float, on_cpu: bool, threads: int = 1) -> None:
+        """Spend `seconds` of CPU time on `threads` cores at once: contended on the node's cores where
+        the actor runs there; an actor on an accelerator just waits (SimGrid 3.32's Python bindings
+        stall on an Exec placed on another host, and its 10 cores per GPU are rarely the bottleneck)."""
+        if not on_cpu:
+            self.sg.this_actor.sleep_for(seconds / threads)
+        elif threads == 1:
             self.sg.this_actor.execute(seconds)
         else:
-            self.sg.this_actor.sleep_for(seconds)
+            for execution in [self.sg.this_actor.exec_async(seconds / threads) for _ in range(threads)]:
+                execution.wait()
 
     def _loader(self, rank: int, ready, slots) -> None:
         """Read batches ahead of the training loop, at most `loader.prefetch` of them."""
@@ -354,7 +368,7 @@ class EpochSimulation:
             mark = clock()
             self.barrier.wait()
             # without accelerators the allreduce (gloo) is the CPU's work too, and contends
-            self._cpu(self.allreduce_s, on_cpu=not platform.accelerators_per_node)
+            self._cpu(self._exposed(stop - start), on_cpu=not platform.accelerators_per_node)
             totals["allreduce"] += clock() - mark
 
         mark = clock()
@@ -371,6 +385,13 @@ class EpochSimulation:
             self.totals[phase][rank] = seconds
         self.totals["epoch"][rank] = clock() - started
         self.finished += 1
+
+    def _exposed(self, batch: int) -> float:
+        """The allreduce's seconds after a backward of `batch` samples (buckets overlap the rest)."""
+        if batch not in self.exposed:
+            backward_s = BACKWARD_SHARE * batch * self.model.fwbw_per_sample
+            self.exposed[batch] = self.platform.allreduce.exposed(self.ranks, self.model.gradient_bytes, backward_s)
+        return self.exposed[batch]
 
     def _post(self, node: int, messages) -> list:
         """Read this iteration's outgoing samples, frame them, and start one message per destination."""

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import yaml
 
 PLATFORM_DIR = Path(__file__).resolve().parents[2] / "conf" / "platform"
@@ -58,24 +59,70 @@ class LocalStore:
     file_latency: float  # s a reader waits per file (open + first byte), beyond bandwidth
 
 
+DISTRIBUTIONS = ("fixed", "lognormal", "pareto")
+
+
+@dataclass(frozen=True)
+class Distribution:
+    """Seconds (or a factor) drawn at random: `fixed` (always `mean`), `lognormal` (`mean`, and `cv` =
+    standard deviation / mean) or `pareto` (`mean`, and `shape` α > 1: the smaller α, the heavier the
+    tail; its smallest value is mean·(α−1)/α)."""
+
+    dist: str
+    mean: float
+    cv: float = 0.0
+    shape: float = 0.0
+
+    def sample(self, rng, size: int):
+        """`size` draws from numpy Generator `rng` (a float64 array)."""
+        if self.dist == "fixed" or self.mean == 0:
+            return np.full(size, self.mean)
+        if self.dist == "lognormal":
+            sigma2 = math.log1p(self.cv * self.cv)
+            return rng.lognormal(math.log(self.mean) - sigma2 / 2, math.sqrt(sigma2), size)
+        scale = self.mean * (self.shape - 1) / self.shape  # numpy's pareto is Lomax: x_m (1 + X) is Pareto
+        return scale * (1.0 + rng.pareto(self.shape, size))
+
+    def scv(self) -> float:
+        """The squared coefficient of variation (variance / mean²); inf for a Pareto tail with α ≤ 2."""
+        if self.dist == "fixed":
+            return 0.0
+        if self.dist == "lognormal":
+            return self.cv * self.cv
+        return math.inf if self.shape <= 2 else 1.0 / (self.shape * (self.shape - 2))
+
+
 @dataclass(frozen=True)
 class SharedStorage:
-    """The shared (parallel) file system every rank reads in global shuffling.
+    """The shared (parallel) file system every rank reads in global shuffling (scale/storage.py).
 
     read_bandwidth: aggregate bytes/s of its servers, shared by every reader.
-    read_rate: small files per second its data servers deliver in random order (disks × random
-        reads per disk: what bounds ImageNet-style reads on spinning disks), shared by every reader.
     metadata_rate: files opened per second by the whole file system, shared by every reader.
-    file_latency: s one client waits per file (RPCs to metadata and data servers, disk seek).
+    servers: independent FIFO queues a file's read waits in (the disks, or targets, holding files).
+    service: the time one file's read holds its server (seek, rotation, transfer).
+    file_latency: s a client waits per file outside the queues (RPC round trips to the metadata and
+        data servers).
+    client_spread: each node's file-system client multiplies its file_latency by a factor drawn once
+        per epoch (clients differ: their routes, their RPC credits); `fixed` 1.0 for identical clients.
+    background_load: the fraction of the servers' time other jobs take (a production file system);
+        a file waits behind their requests as in an M/G/1 queue at that load.
     client_cpu_per_file: core-seconds of the node's CPU its client spends per file (a FUSE client
         such as GlusterFS's; near 0 for a kernel client).
     """
 
     read_bandwidth: float
-    read_rate: float
     metadata_rate: float
+    servers: int
+    service: Distribution
     file_latency: float
     client_cpu_per_file: float
+    client_spread: Distribution = Distribution("fixed", 1.0)
+    background_load: float = 0.0
+
+    @property
+    def read_rate(self) -> float:
+        """Files per second the servers deliver at full load (inf: a service time of 0)."""
+        return self.servers / self.service.mean if self.service.mean > 0 else math.inf
 
 
 @dataclass(frozen=True)
@@ -88,17 +135,46 @@ class Loader:
     cpu_per_file: float
 
 
+BACKWARD_SHARE = 2 / 3  # of FW+BW: backward costs about twice the forward's FLOPs (its two GEMMs per layer)
+
+
 @dataclass(frozen=True)
 class Allreduce:
-    """α–β model of the gradient allreduce: 2(M−1)·α + 2(M−1)/M · bytes / bandwidth (ring)."""
+    """α–β model of the gradient allreduce: 2(M−1)·α + 2(M−1)/M · bytes / bandwidth (ring), run in
+    buckets of `bucket_bytes` as DDP does. `overlap`: the share of its speed a bucket's allreduce keeps
+    while backward still computes (0: it all runs after backward, as hpcshuffle's own learner does it;
+    1: communication and backward never slow each other)."""
 
     alpha: float
     bandwidth: float
+    overlap: float = 0.0
+    bucket_bytes: float = 2.5e7  # DDP's bucket_cap_mb default, 25 MB
 
     def seconds(self, ranks: int, gradient_bytes: float) -> float:
         if ranks < 2:
             return 0.0
         return 2 * (ranks - 1) * self.alpha + 2 * (ranks - 1) / ranks * gradient_bytes / self.bandwidth
+
+    def exposed(self, ranks: int, gradient_bytes: float, backward_s: float) -> float:
+        """Seconds the allreduce adds after backward ends, its buckets started as backward fills them.
+
+        Bucket k of n is ready at backward_s·(k+1)/n and takes 1/n of the allreduce; while backward
+        runs it proceeds at `overlap` of its speed. Never negative: an iteration is never shorter
+        than its backward, and the last bucket is ready only when backward ends."""
+        total = self.seconds(ranks, gradient_bytes)
+        if total == 0 or self.overlap == 0:
+            return total
+        buckets = max(1, math.ceil(gradient_bytes / self.bucket_bytes))
+        clock = 0.0
+        for bucket in range(buckets):
+            clock = max(clock, backward_s * (bucket + 1) / buckets)
+            work = total / buckets  # seconds of it at full speed
+            if clock < backward_s:  # the part that fits before backward ends, at `overlap` speed
+                during = min(backward_s - clock, work / self.overlap)
+                clock += during
+                work -= during * self.overlap
+            clock += work
+        return max(0.0, clock - backward_s)
 
 
 @dataclass(frozen=True)
@@ -192,8 +268,12 @@ SCALARS = {"name": str, "description": str, "nodes": int, "ranks_per_node": int,
 OPTIONAL = {"description", "calibration", "ranges"}
 # capacities the simulation divides by or waits on: 0 would deadlock SimGrid or divide by zero
 POSITIVE = {(Network, "link_bandwidth"), (Network, "intra_node_bandwidth"), (LocalStore, "read_bandwidth"),
-            (LocalStore, "write_bandwidth"), (SharedStorage, "read_bandwidth"), (SharedStorage, "read_rate"),
-            (SharedStorage, "metadata_rate"), (Loader, "workers"), (Allreduce, "bandwidth")}
+            (LocalStore, "write_bandwidth"), (SharedStorage, "read_bandwidth"), (SharedStorage, "servers"),
+            (SharedStorage, "metadata_rate"), (Loader, "workers"), (Allreduce, "bandwidth"),
+            (Allreduce, "bucket_bytes")}
+# shares of something: (largest allowed, the message's reason)
+FRACTIONS = {(SharedStorage, "background_load"): (0.99, "at 1 the servers would never serve this job"),
+             (Allreduce, "overlap"): (1.0, "1: the allreduce keeps its full speed during backward")}
 
 
 def platform_path(name_or_path: str) -> Path:
@@ -271,13 +351,42 @@ def _section(raw: Any, cls: type, source: str, key: str):
         raise PlatformError(f"{source}: {key}: missing {', '.join(missing)}")
     values = {}
     for name, value in raw.items():
+        if str(fields[name].type) == "Distribution":
+            values[name] = _distribution(value, source, f"{key}.{name}")
+            continue
         kind = {"int": int, "float": float, "str": str}[str(fields[name].type)]
         values[name] = _scalar(value, kind, source, f"{key}.{name}")
         if kind is not str and values[name] < 0:
             raise PlatformError(f"{source}: {key}.{name} must be >= 0, got {value}")
         if (cls, name) in POSITIVE and values[name] == 0:
             raise PlatformError(f"{source}: {key}.{name} must be > 0 (a capacity of 0 never finishes), got {value}")
+        if (cls, name) in FRACTIONS and values[name] > FRACTIONS[cls, name][0]:
+            largest, why = FRACTIONS[cls, name]
+            raise PlatformError(f"{source}: {key}.{name} must be <= {largest} ({why}), got {value}")
     return cls(**values)
+
+
+def _distribution(raw: Any, source: str, key: str) -> Distribution:
+    """A `{dist: ..., mean: ..., cv|shape: ...}` mapping, every parameter checked."""
+    example = "e.g. {dist: lognormal, mean: 8.3e-3, cv: 0.4}"
+    if not isinstance(raw, dict) or "dist" not in raw:
+        raise PlatformError(f"{source}: {key}: expected a distribution, {example}, got {raw!r}")
+    dist = str(raw["dist"])
+    if dist not in DISTRIBUTIONS:
+        raise PlatformError(f"{source}: {key}.dist {dist!r} is not one of {list(DISTRIBUTIONS)}")
+    params = {"fixed": {"mean"}, "lognormal": {"mean", "cv"}, "pareto": {"mean", "shape"}}[dist]
+    given = set(raw) - {"dist"}
+    if given != params:
+        raise PlatformError(f"{source}: {key}: a {dist} distribution takes exactly {sorted(params)}, "
+                            f"got {sorted(given)} ({example})")
+    values = {name: _scalar(raw[name], float, source, f"{key}.{name}") for name in params}
+    for name, number in values.items():
+        if number < 0:
+            raise PlatformError(f"{source}: {key}.{name} must be >= 0, got {raw[name]}")
+    if dist == "pareto" and values["shape"] <= 1:
+        raise PlatformError(f"{source}: {key}.shape must be > 1 (a Pareto tail of shape <= 1 has no mean), "
+                            f"got {raw['shape']}")
+    return Distribution(dist, **values)
 
 
 def _scalar(value: Any, kind: type, source: str, key: str):

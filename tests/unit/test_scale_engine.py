@@ -133,7 +133,8 @@ def test_simulate_is_deterministic(tiny, results):
 
 def test_result_row_is_the_json_row(results):
     row = result_row(results["partial"])
-    assert list(row) == ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope"]
+    assert list(row) == ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope",
+                         "io_min_s", "io_max_s"]
     assert row["scope"] == "rank"
     assert row["epoch_s"] == results["partial"].epoch_s and row["q"] == 0.3
 
@@ -247,9 +248,9 @@ def test_an_exception_in_an_actor_is_raised_in_the_parent(tiny, monkeypatch):
 
 
 def test_a_simulation_that_cannot_finish_is_an_error_not_a_zero_epoch(tiny):
-    """Shared storage that serves no file (read_rate 0) deadlocks SimGrid; that must not come back
+    """Shared storage that opens no file (metadata_rate 0) deadlocks SimGrid; that must not come back
     as an epoch of 0 s. (Built past platform_from_dict, which should refuse a rate of 0 anyway.)"""
-    platform = dataclasses.replace(tiny, shared=dataclasses.replace(tiny.shared, read_rate=0.0))
+    platform = dataclasses.replace(tiny, shared=dataclasses.replace(tiny.shared, metadata_rate=0.0))
     try:
         result = simulate(platform, scenario("global", workers=4, samples=256))
     except (ValueError, RuntimeError):

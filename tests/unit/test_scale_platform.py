@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from hpcshuffle.scale.platform import (
-    PLATFORM_DIR, Allreduce, Network, Platform, PlatformError, load_platform, platform_from_dict,
+    PLATFORM_DIR, Allreduce, Distribution, Network, Platform, PlatformError, load_platform, platform_from_dict,
 )
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 # costs a platform may leave out of the model on purpose ("not charged"): 0 is a valid value
-MAY_BE_ZERO = {"loader.cpu_per_file", "shared.client_cpu_per_file"}
+MAY_BE_ZERO = {"loader.cpu_per_file", "shared.client_cpu_per_file", "shared.background_load", "allreduce.overlap"}
+USED = {"fixed": {"mean"}, "lognormal": {"mean", "cv"}, "pareto": {"mean", "shape"}}  # a distribution's parameters
 
 
 def tiny_raw() -> dict:
@@ -38,7 +39,7 @@ def numbers(value, prefix: str = ""):
     """(dotted key, number) for every int/float of a platform, sections and tables included."""
     if dataclasses.is_dataclass(value):
         for f in dataclasses.fields(value):
-            if f.name not in ("extra",):
+            if f.name != "extra" and (not isinstance(value, Distribution) or f.name in USED[value.dist]):
                 yield from numbers(getattr(value, f.name), f"{prefix}{f.name}.")
     elif isinstance(value, dict):
         for key, entry in value.items():
@@ -156,7 +157,9 @@ def test_tiny_fixture_loads_from_its_path():
 def test_calibration_notes_are_kept():
     raw = tiny_raw()
     raw["calibration"] = {"runs": ["a", "b"]}
-    assert platform_from_dict(raw).extra == {"calibration": {"runs": ["a", "b"]}}
+    extra = platform_from_dict(raw).extra
+    assert extra["calibration"] == {"runs": ["a", "b"]}
+    assert extra["raw"] == raw and extra["ranges"] == {}
 
 
 def test_unknown_platform_name_lists_the_known_ones():
@@ -215,7 +218,8 @@ def test_misspelt_section_key_is_named_with_the_sections_keys():
     raw["shared"]["read_bandwith"] = raw["shared"].pop("read_bandwidth")
     message = refused(raw)
     assert "unknown key shared.read_bandwith;" in message
-    keys = ["read_bandwidth", "read_rate", "metadata_rate", "file_latency", "client_cpu_per_file"]
+    keys = ["read_bandwidth", "metadata_rate", "servers", "service", "file_latency", "client_cpu_per_file",
+            "client_spread", "background_load"]
     assert str(sorted(keys)) in message
 
 
@@ -332,13 +336,14 @@ def test_malformed_fat_tree_is_refused_with_an_example(fat_tree):
     assert "e.g. '2;32,16;1,16;2,1'" in message
 
 
-# A bandwidth, rate or loader width of 0 is not "free": SimGrid then deadlocks (shared.read_rate,
+# A bandwidth, rate or loader width of 0 is not "free": SimGrid then deadlocks (shared.metadata_rate,
 # and the run comes back as a 0 s epoch), divides by zero (allreduce.bandwidth, loader.workers,
 # which aborts the simulation's process), takes the disk as infinitely fast (local.read_bandwidth)
 # or refuses the fabric with its own message (network.link_bandwidth). The yaml must say which key.
 MUST_BE_POSITIVE = [
     "network.link_bandwidth", "network.intra_node_bandwidth", "local.read_bandwidth", "local.write_bandwidth",
-    "shared.read_bandwidth", "shared.read_rate", "shared.metadata_rate", "loader.workers", "allreduce.bandwidth",
+    "shared.read_bandwidth", "shared.servers", "shared.metadata_rate", "loader.workers", "allreduce.bandwidth",
+    "allreduce.bucket_bytes",
 ]
 
 
