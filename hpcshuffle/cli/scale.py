@@ -2,6 +2,7 @@
 
     hpcshuffle scale --platform abci --workers 128 512 --shuffle global local partial --q 0.1 [--json]
     hpcshuffle scale --platform abci --workers 256 512 1024 --recommend [--tolerance 0.1]
+    hpcshuffle scale --platform abci --workers 512 --sensitivity [--q 0.1] [--plot tornado.png] [--json]
     hpcshuffle scale calibrate RUN_DIR... [--out conf/platform/this_machine.yaml]
     hpcshuffle scale validate RUN_DIR... [--platform this_machine]
 """
@@ -12,6 +13,7 @@ import argparse
 import json
 import sys
 
+from hpcshuffle.cli import scale_sensitivity
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
 from hpcshuffle.scale.engine import PHASES, SCOPES, Result, Scenario, check_scenario, result_row
 from hpcshuffle.scale.platform import load_platform
@@ -28,7 +30,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     scale.add_argument("--recommend", action="store_true",
                        help="per worker count, the largest q whose epoch stays within --tolerance of LS")
     scale.add_argument("--tolerance", type=float, default=0.10, help="allowed slowdown over LS (default 0.10)")
-    scale.add_argument("--json", action="store_true", help='print {"platform", "runs": [...]} (seconds per epoch)')
+    scale.add_argument("--json", action="store_true",
+                       help='print {"platform", "runs": [...]} (seconds per epoch); with --sensitivity, the study')
+    scale_sensitivity.add_arguments(scale)
     scale.set_defaults(run=cmd_scale)
     actions = scale.add_subparsers(dest="action", required=False)
     from hpcshuffle.cli import scale_calibrate  # noqa: PLC0415 (keeps this module about simulation)
@@ -52,6 +56,9 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 def cmd_scale(args: argparse.Namespace) -> None:
     platform = load_platform(args.platform)
+    if args.sensitivity or args.plot is not None:
+        scale_sensitivity.cmd_sensitivity(args, platform, _progress)
+        return
     if args.recommend:
         affordable_q([], args.tolerance)  # a bad --tolerance fails here
         scenarios = scenarios_of(args, ["local", "partial"], args.q or list(DEFAULT_QS))

@@ -1,0 +1,331 @@
+"""Which of a cluster's numbers matter? `hpcshuffle scale --sensitivity`, one knob at a time.
+
+A platform yaml may give, under `ranges:`, a sourced low and high for any of its numbers (a "knob",
+named by its dotted path in the yaml: `shared.file_latency`, `models.resnet50.fwbw_per_sample`):
+
+    ranges:
+      shared.file_latency: {low: 5.0e-3, high: 5.0e-2, source: "Lustre bottom-up 5 ms; Yang's GPFS 50 ms"}
+
+Each knob is set to its low and to its high, every other number kept at the platform's value, and
+the epochs of global (GS), local (LS) and partial (PLS, at q) shuffling are simulated at one worker
+count; GS/LS and PLS/LS at both ends, against the platform's own (the base), show which knobs move
+the answer. Every range and every variant is checked before anything is simulated.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from hpcshuffle.plan import get_strategy
+from hpcshuffle.scale.engine import Result, Scenario, check_scenario, simulate
+from hpcshuffle.scale.platform import Platform, PlatformError, platform_from_dict
+
+ENDS = ("low", "high")
+SHUFFLES = ("global", "local", "partial")  # GS, LS, PLS
+RATIOS = {"gs_ls": "GS/LS", "pls_ls": "PLS/LS"}
+BASE = ("", "base")  # the key of the unvaried platform among (knob path, end) keys; no path is ""
+ENTRY_KEYS = ("low", "high", "source")
+EXAMPLE = 'ranges:\n  shared.file_latency: {low: 5.0e-3, high: 5.0e-2, source: "where these come from"}'
+
+
+class RangeError(PlatformError):
+    """A `ranges:` entry, or a variant it makes, that cannot be simulated; names the knob, the file and the fix."""
+
+
+@dataclass(frozen=True)
+class KnobRange:
+    """One knob: its dotted `path` in the platform yaml, its sourced `low` and `high`, and `mid`, the
+    platform's own value."""
+
+    path: str
+    low: float
+    mid: float
+    high: float
+    source: str
+
+    def value(self, end: str) -> float:
+        return {"low": self.low, "high": self.high}[end]
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The GS, LS and PLS epochs of one platform (the base, or one knob at one end), by shuffle name."""
+
+    results: dict[str, Result]
+
+    @property
+    def gs_ls(self) -> float:
+        return self.results["global"].epoch_s / self.results["local"].epoch_s
+
+    @property
+    def pls_ls(self) -> float:
+        return self.results["partial"].epoch_s / self.results["local"].epoch_s
+
+
+@dataclass(frozen=True)
+class KnobEffect:
+    knob: KnobRange
+    low: Outcome
+    high: Outcome
+
+    def swing(self, ratio: str) -> float:
+        """|ratio at high − ratio at low|, `ratio` one of RATIOS ("gs_ls", "pls_ls")."""
+        return abs(getattr(self.high, ratio) - getattr(self.low, ratio))
+
+
+@dataclass(frozen=True)
+class Sensitivity:
+    """The base platform's outcome and every knob's, largest GS/LS swing first."""
+
+    platform: str
+    source: str
+    scenarios: dict[str, Scenario]  # by shuffle name, as simulated on every variant
+    base: Outcome
+    effects: list[KnobEffect]
+
+
+# ---- ranges and variants (no simulation) ----------------------------------------------------------
+
+def knob_ranges(platform: Platform) -> list[KnobRange]:
+    """The platform's `ranges:`, checked: every path names a number of its yaml, both bounds are
+    finite non-negative numbers with low ≤ mid ≤ high, and each says its source."""
+    where, ranges = platform.source, platform.extra.get("ranges")
+    if not ranges:
+        raise RangeError(f"platform {platform.name} ({where}) has no ranges: to vary; add a top-level mapping of "
+                         f"each knob's sourced low and high, e.g.\n{EXAMPLE}")
+    if not isinstance(ranges, dict):
+        raise RangeError(f"{where}: ranges: must be a mapping of knob paths, e.g.\n{EXAMPLE}; got {ranges!r}")
+    return [_knob_range(str(path), entry, platform.extra["raw"], where) for path, entry in ranges.items()]
+
+
+def _knob_range(path: str, entry: Any, raw: dict, where: str) -> KnobRange:
+    if not isinstance(entry, dict):
+        raise RangeError(f"{where}: ranges: {path} must be a mapping {{low: ..., high: ..., source: ...}}, "
+                         f"got {entry!r}")
+    unknown = sorted(set(entry) - set(ENTRY_KEYS))
+    if unknown:
+        raise RangeError(f"{where}: ranges: {path} has unknown key {unknown[0]!r}; "
+                         f"an entry's keys are {list(ENTRY_KEYS)}")
+    mid = _number_at(raw, path, where)
+    low, high = (_bound(entry, end, path, where) for end in ENDS)
+    if low > high:
+        raise RangeError(f"{where}: ranges: {path} has low {low:g} above high {high:g}; "
+                         f"swap them (low: {high:g}, high: {low:g})")
+    if not low <= mid <= high:
+        raise RangeError(f"{where}: ranges: {path}: the platform's own value {mid:g} lies outside "
+                         f"[low, high] = [{low:g}, {high:g}]; widen the range to include it, or correct the value")
+    source = entry.get("source")
+    if source is None or not str(source).strip():
+        raise RangeError(f"{where}: ranges: {path} has no source:; say where low {low:g} and high {high:g} come "
+                         "from (a datasheet, a paper, a measurement), e.g. source: \"Lustre manual, 5-50 ms\"")
+    return KnobRange(path, low, mid, high, str(source).strip())
+
+
+def _bound(entry: dict, end: str, path: str, where: str) -> float:
+    if end not in entry:
+        raise RangeError(f"{where}: ranges: {path} has no {end}:; an entry needs low:, high: and source:")
+    value = entry[end]
+    try:
+        number = math.nan if isinstance(value, bool) else float(value)
+    except (TypeError, ValueError):
+        number = math.nan
+    if not math.isfinite(number) or number < 0:
+        raise RangeError(f"{where}: ranges: {path}.{end} must be a finite number >= 0 (every platform number is), "
+                         f"got {value!r}")
+    return number
+
+
+def _number_at(raw: dict, path: str, where: str) -> float:
+    """The number at dotted `path` of the platform's yaml mapping: the knob's mid."""
+    node: Any = raw
+    for depth, key in enumerate(path.split(".")):
+        here = ".".join(path.split(".")[:depth]) or "the top level"
+        if not isinstance(node, dict):
+            raise RangeError(f"{where}: ranges: {path} names no key of the platform: {here} is {node!r}, not a mapping")
+        if key not in node:
+            raise RangeError(f"{where}: ranges: {path} names no key of the platform: {here} has no {key!r} "
+                             f"(its keys: {sorted(map(str, node))})")
+        node = node[key]
+    if isinstance(node, dict):
+        raise RangeError(f"{where}: ranges: {path} is a mapping; name one of its numbers: "
+                         f"{', '.join(f'{path}.{key}' for key in node)}")
+    try:
+        if isinstance(node, bool):
+            raise TypeError(node)
+        return float(node)
+    except (TypeError, ValueError):
+        raise RangeError(f"{where}: ranges: {path} is {node!r}, not a number: only numbers can be varied") from None
+
+
+def knob_variant(platform: Platform, knob: KnobRange, end: str) -> Platform:
+    """The platform with `knob` at its `end` ("low" or "high"), built from its yaml mapping and
+    checked as any platform file is."""
+    raw = copy.deepcopy(platform.extra["raw"])
+    *parents, last = knob.path.split(".")
+    node = raw
+    for key in parents:
+        node = node[key]
+    node[last] = knob.value(end)
+    try:
+        return platform_from_dict(raw, platform.source)
+    except PlatformError as err:
+        raise RangeError(f"ranges: {knob.path} at its {end} {knob.value(end):g} makes a platform that cannot be "
+                         f"simulated ({err}); narrow the range") from None
+
+
+def ratio_scenarios(workers: int, q: float, model: str, dataset: str, batch_size: int, seed: int = 0,
+                    scope: str = "rank") -> dict[str, Scenario]:
+    """GS, LS and PLS at `q` (by shuffle name); GS has no partition to share, so runs in rank scope."""
+    scenarios = {}
+    for shuffle in SHUFFLES:
+        strategy = get_strategy(shuffle)
+        scenarios[shuffle] = Scenario(workers, shuffle, q if strategy.fixed_q is None else strategy.fixed_q, model,
+                                      dataset, batch_size, seed, scope=scope if strategy.node_scope else "rank")
+    return scenarios
+
+
+def _simulated_identity(platform: Platform, scenario: Scenario) -> str:
+    """What the simulation of `scenario` reads of `platform`: equal strings simulate equal epochs. A
+    scenario names one model and one dataset, so the others cannot matter; `extra` and `source` are
+    records (platform.py), not inputs. Floats' repr round-trips, so this is exact."""
+    reads = dataclasses.replace(platform, models={scenario.model: platform.model(scenario.model)},
+                                datasets={scenario.dataset: platform.dataset(scenario.dataset)}, extra={}, source="")
+    return repr(reads)
+
+
+# ---- the study ----------------------------------------------------------------------------------
+
+def sensitivity(platform: Platform, workers: int, q: float, model: str, dataset: str, batch_size: int,
+                seed: int = 0, scope: str = "rank", jobs: int = 1, progress: Callable[[str], None] | None = None,
+                simulate_one: Callable[[Platform, Scenario], Result] | None = None) -> Sensitivity:
+    """Simulate GS, LS and PLS(q) on the platform and on each knob at its low and its high.
+
+    Every range, variant and scenario is checked first (RangeError, PlatformError, ValueError); a
+    variant the simulation reads as identical to another (a bound equal to the platform's value, a
+    knob of a model not simulated) is simulated once. `jobs` simulations run at a time; `progress`
+    gets one line per simulation; `simulate_one` (default engine.simulate) runs one, e.g. a cached one.
+    """
+    knobs = knob_ranges(platform)
+    scenarios = ratio_scenarios(workers, q, model, dataset, batch_size, seed, scope)
+    variants, names = {BASE: platform}, {BASE: "base"}
+    for knob in knobs:
+        for end in ENDS:
+            variants[knob.path, end] = knob_variant(platform, knob, end)
+            names[knob.path, end] = f"{knob.path}={knob.value(end):g}"
+    for key, variant in variants.items():
+        for scenario in scenarios.values():
+            try:
+                check_scenario(variant, scenario)
+            except ValueError as err:
+                if key == BASE:
+                    raise
+                raise RangeError(f"{platform.source}: ranges: {names[key]} (its {key[1]}) cannot run "
+                                 f"{scenario.shuffle} at {workers} workers: {err}; narrow the range") from None
+    identity = {key: _simulated_identity(variant, scenarios["local"]) for key, variant in variants.items()}
+    runs: dict[tuple[str, str], tuple[str, Platform, Scenario]] = {}  # (identity, shuffle) → the first to need it
+    for key, variant in variants.items():
+        for shuffle, scenario in scenarios.items():
+            runs.setdefault((identity[key], shuffle), (names[key], variant, scenario))
+    results = _simulate_runs(list(runs.values()), jobs, progress or (lambda line: None), simulate_one or simulate)
+    by_run = dict(zip(runs, results))
+
+    def outcome(key: tuple[str, str]) -> Outcome:
+        return Outcome({shuffle: by_run[identity[key], shuffle] for shuffle in scenarios})
+
+    effects = [KnobEffect(knob, outcome((knob.path, "low")), outcome((knob.path, "high"))) for knob in knobs]
+    effects.sort(key=lambda effect: (-effect.swing("gs_ls"), -effect.swing("pls_ls"), effect.knob.path))
+    return Sensitivity(platform.name, platform.source, scenarios, outcome(BASE), effects)
+
+
+def _simulate_runs(runs: list[tuple[str, Platform, Scenario]], jobs: int, progress: Callable[[str], None],
+                   simulate_one: Callable[[Platform, Scenario], Result]) -> list[Result]:
+    """Each (label, platform, scenario), `jobs` at a time, in order; progress lines as simulate_all's."""
+
+    def one(numbered: tuple[int, tuple[str, Platform, Scenario]]) -> Result:
+        number, (label, platform, scenario) = numbered
+        result = simulate_one(platform, scenario)
+        scope = " (node scope)" if scenario.scope == "node" else ""
+        progress(f"[{number}/{len(runs)}] {label}: {scenario.shuffle} q={result.q:g}{scope} at {scenario.workers} "
+                 f"workers: epoch {result.epoch_s:.1f} s simulated in {result.wall_s:.0f} s")
+        return result
+
+    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
+        return list(pool.map(one, enumerate(runs, 1)))
+
+
+# ---- output -------------------------------------------------------------------------------------
+
+def _header(study: Sensitivity) -> str:
+    pls = study.scenarios["partial"]
+    return (f"platform {study.platform} ({study.source}): {pls.model} on {pls.dataset}, b={pls.batch_size} per rank, "
+            f"{pls.workers} workers, {pls.scope} scope, seed {pls.seed}; GS/LS and PLS/LS (q={pls.q:g}): epoch over "
+            "LS's epoch, with one knob at its low or high and every other number at the platform's value")
+
+
+def sensitivity_table(study: Sensitivity) -> str:
+    """The base ratios, then one line per knob, largest GS/LS swing first."""
+    width = max([len("knob")] + [len(effect.knob.path) for effect in study.effects])
+    ratio_heads = [f"{name} {end}" for name in RATIOS.values() for end in ENDS]
+    lines = [_header(study),
+             f"base: GS/LS {study.base.gs_ls:.3f}  PLS/LS {study.base.pls_ls:.3f}",
+             f"{'knob':<{width}} {'low':>10} {'mid':>10} {'high':>10} "
+             + " ".join(f"{head:>11}" for head in ratio_heads) + "  source"]
+    for effect in study.effects:
+        knob = effect.knob
+        ratios = [getattr(getattr(effect, end), ratio) for ratio in RATIOS for end in ENDS]
+        lines.append(f"{knob.path:<{width}} {knob.low:>10.4g} {knob.mid:>10.4g} {knob.high:>10.4g} "
+                     + " ".join(f"{value:>11.3f}" for value in ratios) + f"  {knob.source}")
+    return "\n".join(lines)
+
+
+def sensitivity_json(study: Sensitivity) -> dict:
+    """The table as a document: ratios, and each platform's epochs in seconds by shuffle name."""
+
+    def outcome(result: Outcome) -> dict:
+        return {"gs_ls": result.gs_ls, "pls_ls": result.pls_ls,
+                "epoch_s": {shuffle: run.epoch_s for shuffle, run in result.results.items()}}
+
+    pls = study.scenarios["partial"]
+    return {
+        "platform": study.platform, "source": study.source, "workers": pls.workers, "q": pls.q, "model": pls.model,
+        "dataset": pls.dataset, "batch": pls.batch_size, "seed": pls.seed, "scope": pls.scope,
+        "base": outcome(study.base),
+        "knobs": [{"knob": effect.knob.path, "low": effect.knob.low, "mid": effect.knob.mid, "high": effect.knob.high,
+                   "source": effect.knob.source, "at_low": outcome(effect.low), "at_high": outcome(effect.high)}
+                  for effect in study.effects],
+    }
+
+
+def plot_tornado(study: Sensitivity, path: Path) -> None:
+    """Two panels, GS/LS and PLS/LS: per knob, a bar from the base ratio to the ratio with the knob at
+    its low and one to the ratio at its high; each panel's largest swing on top."""
+    from hpcshuffle.analysis.plots import new_figure, save
+
+    figure = new_figure(12.0, 1.8 + 0.45 * len(study.effects))
+    q = study.scenarios["partial"].q
+    for index, (ratio, name) in enumerate(RATIOS.items()):
+        axes = figure.add_subplot(1, len(RATIOS), index + 1)
+        base = getattr(study.base, ratio)
+        ordered = sorted(study.effects, key=lambda effect: (effect.swing(ratio), effect.knob.path))  # bottom up
+        rows = range(len(ordered))
+        # two thin bars per knob, not one spanning low..high: both ends may lie on the same side of the base
+        for end, offset, colour in (("low", 0.2, "tab:blue"), ("high", -0.2, "tab:orange")):
+            widths = [getattr(getattr(effect, end), ratio) - base for effect in ordered]
+            axes.barh([row + offset for row in rows], widths, left=base, height=0.38, color=colour,
+                      label=f"knob at its {end}")
+        axes.axvline(base, color="black", linewidth=1, label=f"the platform's values (in parentheses): {base:.3f}")
+        labels = [f"{e.knob.path}\n{e.knob.low:g} … {e.knob.high:g} ({e.knob.mid:g})" for e in ordered]
+        axes.set_yticks(list(rows), labels, fontsize="small")
+        axes.set_xlabel("epoch / LS epoch")
+        axes.set_title(name if ratio == "gs_ls" else f"{name} (q = {q:g})")
+        axes.legend(fontsize="small", loc="best")
+    pls = study.scenarios["partial"]
+    figure.suptitle(f"{study.platform}: {pls.model} on {pls.dataset}, {pls.workers} workers, b = {pls.batch_size}")
+    save(figure, path)
