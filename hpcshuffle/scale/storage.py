@@ -12,10 +12,12 @@ requests queue behind each other there: the more ranks read at once, the longer 
 wider the spread — queueing, not a fixed latency. A batch's files are dealt to the loader's
 `workers`; each worker chains its files, and the batch is read when the last worker is done.
 
-Two simplifications, both on the side of a queue that is no worse than the real one:
-- A batch books its files' server time when it starts (SimGrid runs the ranks in simulated-time
-  order, so every earlier request is booked by then; a worker's later files of that batch book
-  ahead of other ranks' requests that arrive meanwhile).
+Two simplifications:
+- A batch books its files' server time when it starts: each file takes the first idle stretch of
+  its server, at or after it arrives, long enough for its service (SimGrid runs the ranks in
+  simulated-time order, so every request that arrived earlier is booked by then; a worker's later
+  files of that batch are booked before other ranks' requests that arrive meanwhile, which may then
+  fill the gaps before them).
 - Other jobs' requests are not simulated one by one: a file waits behind them with probability
   background_load, for an exponential time whose mean is the M/G/1 (Pollaczek–Khinchine) wait of
   those that wait, S·(1 + cv²) / (2·(1 − ρ)).
@@ -38,7 +40,7 @@ class SharedQueues:
     def __init__(self, shared: SharedStorage, nodes: int, seed: int, epoch: int) -> None:
         self.shared = shared
         self.rng = np.random.default_rng([seed, epoch, 0x5EED])
-        self.free_at = [0.0] * shared.servers  # when each server has served what is booked on it
+        self.booked: list[list[tuple[float, float]]] = [[] for _ in range(shared.servers)]  # per server: (start, end), sorted
         self.client = shared.client_spread.sample(self.rng, nodes)
         load, service = shared.background_load, shared.service
         self.background_wait = service.mean * (1 + service.scv()) / (2 * (1 - load)) if load else 0.0
@@ -54,11 +56,21 @@ class SharedQueues:
                           rng.exponential(self.background_wait or 1.0, files), 0.0).tolist()
         rpc = shared.file_latency * float(self.client[node])
         ready = [now] * min(workers, files)  # when each worker can start its next file
-        free_at = self.free_at
         for index in range(files):
             worker = index % len(ready)
-            server = servers[index]
-            start = max(ready[worker] + rpc + behind[index], free_at[server])
-            free_at[server] = start + service[index]
-            ready[worker] = free_at[server]
+            ready[worker] = self._book(servers[index], ready[worker] + rpc + behind[index], service[index], now)
         return max(ready) - now
+
+    def _book(self, server: int, arrival: float, service: float, now: float) -> float:
+        """Book `service` seconds on `server` in its first idle stretch from `arrival`; when it ends."""
+        booked = self.booked[server]
+        while booked and booked[0][1] <= now:  # no request arrives before `now` any more
+            booked.pop(0)
+        start, slot = arrival, len(booked)
+        for position, (busy_from, busy_to) in enumerate(booked):
+            if start + service <= busy_from:
+                slot = position
+                break
+            start = max(start, busy_to)
+        booked.insert(slot, (start, start + service))
+        return start + service
