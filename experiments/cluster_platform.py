@@ -31,7 +31,7 @@ HEADER = """\
 #  [THIS]  conf/platform/this_machine.yaml (`hpcshuffle scale calibrate` on this machine's cores): not measured here
 #  [RUN]   what experiments/cluster_scaling.py runs: jobs/train.sbatch, conf/loader/default.yaml
 # The nodes are namespaces of one machine: every node's cores are the machine's {cpus}, shared by all nodes
-# (and by whatever else runs there), which the simulation cannot see: it gives each node cores of its own.
+# (machine_cores), and by whatever else runs there, which the simulation cannot see.
 """
 
 BODY = """\
@@ -42,6 +42,7 @@ description: >-
 nodes: {nodes}                             # [SET] nodes
 ranks_per_node: {ranks_per_node}                    # [RUN] sbatch --ntasks-per-node
 cpu_cores_per_node: {cpus}                # [NODE] os.cpu_count() on a node: the machine's cores (see above)
+machine_cores: {cpus}                     # [NODE] the same cores, shared by every node
 accelerators_per_node: 0            # [SET] none: FW+BW on the CPU cores
 
 network:
@@ -67,7 +68,9 @@ shared:                             # /pfs: one GlusterFS brick on the storage n
   # a file read as GS reads it ({shared_file:.3g} s) minus its bytes at read_bandwidth and the client's CPU;
   # it includes the storage_latency_ms={latency} set on the brick [SET]
   file_latency: {shared_lat:.4e}       # [NODE]
-  client_cpu_per_file: {client_cpu:.4e}  # [NODE] CPU time of the node's glusterfs client per file read
+  # CPU time of the node's glusterfs client per file read ({client_cpu_measured:.3g} s measured), as far as
+  # the read's time leaves after its bytes
+  client_cpu_per_file: {client_cpu:.4e}  # [NODE]
 
 loader:
   workers: 1                        # [RUN] loader.io_threads=1: one file in flight
@@ -125,7 +128,11 @@ def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: i
     sample_bytes = node["sample_bytes"]
     # what the engine charges beside bandwidth (scale/engine.py: latency, then CPU, then bytes)
     local_latency = node["local_file_s"] - sample_bytes / node["local_read_Bps"]
-    shared_latency = node["shared_file_s"] - sample_bytes / node["shared_read_Bps"] - node["client_cpu_per_file_s"]
+    # the client's CPU runs while the bytes arrive: it is charged only as far as the measured read
+    # leaves time after its bytes, so the charges never add up to more than the read took
+    beyond_bytes = max(0.0, node["shared_file_s"] - sample_bytes / node["shared_read_Bps"])
+    client_cpu = min(node["client_cpu_per_file_s"], beyond_bytes)
+    shared_latency = beyond_bytes - client_cpu
     loader_cpu = node["loaded_per_file_s"] - node["local_file_s"]
     alpha = (allreduce["allreduce_s"] - allreduce["gradient_bytes"] / link["bandwidth_Bps"]) / 2
     values = {
@@ -136,8 +143,8 @@ def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: i
         "local_read": node["local_read_Bps"], "local_write": node["local_write_Bps"],
         "local_file": node["local_file_s"], "local_lat": max(0.0, local_latency),
         "shared_bw": node["shared_read_Bps"], "storage_set": described(settings["storage_link"]),
-        "shared_file": node["shared_file_s"], "client_cpu": node["client_cpu_per_file_s"],
-        "shared_lat": max(0.0, shared_latency), "not_limiting": NOT_LIMITING, "loaded": node["loaded_per_file_s"],
+        "shared_file": node["shared_file_s"], "client_cpu": client_cpu,
+        "shared_lat": shared_latency, "client_cpu_measured": node["client_cpu_per_file_s"], "not_limiting": NOT_LIMITING, "loaded": node["loaded_per_file_s"],
         "loader_cpu": max(0.0, loader_cpu), "image_size": image_size, "batch": batch, "alpha": max(0.0, alpha),
         "allreduce_s": allreduce["allreduce_s"], "exchange_cpu": this_machine.cpu_per_sample,
         "exchange_epoch": this_machine.epoch_overhead, "model": model, "fwbw": node["fwbw_per_sample_s"],

@@ -21,6 +21,9 @@ def add_parsers(actions: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--out", default="conf/platform/this_machine.yaml")
     calibrate.add_argument("--name", default="this_machine")
     calibrate.add_argument("--cores", type=int, default=os.cpu_count(), help="CPU cores of the machine that ran them")
+    calibrate.add_argument("--ranks-per-node", type=int, default=None,
+                           help="the most ranks the platform's one node holds (default: the runs' largest M); "
+                                "raise it to predict runs with more ranks than these")
     calibrate.add_argument("--sample-bytes", type=float, default=None,
                            help="mean bytes per sample (default: measured under the runs' dataset.root)")
     calibrate.set_defaults(run=cmd_calibrate)
@@ -37,7 +40,8 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     sample_bytes = args.sample_bytes or mean_file_bytes(dataset_root(runs[0].path, runs[0].dataset_root))
     print("measuring the MPI link between two ranks ...", file=sys.stderr, flush=True)
     link = ping_pong()
-    platform = fit_platform(runs, args.name, args.cores, sample_bytes, link, gradient_bytes_of(runs[0].model))
+    platform = fit_platform(runs, args.name, args.cores, sample_bytes, link, gradient_bytes_of(runs[0].model),
+                            args.ranks_per_node)
     platform_from_dict(platform, args.out)  # what is written must load
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     header = "# written by `hpcshuffle scale calibrate`; see hpcshuffle/scale/calibrate.py for what each number fits\n"

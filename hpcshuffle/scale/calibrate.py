@@ -53,6 +53,8 @@ class MeasuredRun:
     dataset_root: str
     phases: dict[str, float]  # steady-state means: epoch (slowest rank) and each phase (mean over ranks)
     sent_per_rank: float
+    loader_workers: int = 0  # DataLoader processes (0: the rank loads its batches itself, in the loop)
+    io_threads: int = 1  # files each of them reads at once
 
     @property
     def samples_per_rank(self) -> float:
@@ -82,6 +84,8 @@ def read_run(run_dir: str | Path) -> MeasuredRun:
         seed=int(config.get("seed", 0)), model=str(config["model"]["name"]),
         dataset_root=str(config["dataset"]["root"]),
         phases={phase: float(means[phase]) for phase in PHASE_KEYS}, sent_per_rank=means["sent"] / int(last["workers"]),
+        loader_workers=int(config.get("loader", {}).get("workers", 0)),
+        io_threads=int(config.get("loader", {}).get("io_threads", 1)),
     )
 
 
@@ -108,13 +112,15 @@ def workload_names(run: MeasuredRun) -> tuple[str, str]:
 
 
 def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: float,
-                 link: tuple[float, float], gradient_bytes: float) -> dict:
+                 link: tuple[float, float], gradient_bytes: float, ranks_per_node: int | None = None) -> dict:
     """The platform yaml (as a dict) that the engine needs to replay `runs` on this machine.
 
     Args:
         cores: the machine's CPU cores. sample_bytes: mean bytes of one sample file.
         link: (latency s, bandwidth bytes/s) between two ranks, from `ping_pong`.
         gradient_bytes: bytes allreduced per iteration (the model's parameters × 4).
+        ranks_per_node: the most ranks the simulated node holds (default: the runs' largest M), so
+            that runs with more ranks than the calibration's can be predicted.
     """
     uncontended = [run for run in runs if run.workers <= cores] or runs
     scale = {id(run): cores / run.workers if run.workers > cores else 1.0 for run in uncontended}
@@ -137,7 +143,8 @@ def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: f
     return {
         "name": name,
         "description": f"calibrated from {len(runs)} runs on a {cores}-core machine ({model} on {dataset})",
-        "nodes": 1, "ranks_per_node": max(run.workers for run in runs), "cpu_cores_per_node": cores,
+        "nodes": 1, "ranks_per_node": max(ranks_per_node or 0, *(run.workers for run in runs)),
+        "cpu_cores_per_node": cores,
         "accelerators_per_node": 0,
         "network": {"topology": "star", "link_bandwidth": bandwidth, "link_latency": latency,
                     "intra_node_bandwidth": bandwidth, "intra_node_latency": latency},

@@ -15,10 +15,12 @@ What the model charges, per rank and iteration (every knob is documented in scal
   the fat tree (`Comm.sendto_async`), read from the sender's SSD first; the training thread pays
   `exchange.cpu_per_sample` per sample and waits, one iteration later, for what it posted (the
   paper's scheduler); received samples are written to the receiver's SSD, and the epoch ends with
-  `exchange.epoch_overhead` (commit, fsync, cleanup). **Loans** (locality):
+  `exchange.epoch_overhead` (commit, fsync, cleanup). With `exchange.scheduler: kakurenbo`, the
+  PLS authors' scheduler instead: a barrier and a message per exchanged sample (scale/slots.py).
+  **Loans** (locality):
   the borrower waits for the lender's samples (SSD read + transfer) before its step.
 - **FW+BW** — `batch × fwbw_per_sample` on one of the node's accelerators (or, with none, its CPU
-  cores); more ranks than accelerators share them.
+  cores), plus the rank's draw of `exchange.noise`; more ranks than accelerators share them.
 - **Allreduce** — every rank waits for the slowest (a barrier: synchronous SGD), then what of an
   α–β ring model its buckets did not hide behind backward (`Allreduce.exposed`; on a platform
   without accelerators, CPU time on the node's cores, as gloo's is). A
@@ -36,8 +38,11 @@ import os
 import time
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from hpcshuffle.plan import PlanSpec, get_strategy, run_label
 from hpcshuffle.scale.platform import BACKWARD_SHARE, Platform
+from hpcshuffle.scale.slots import SlotExchange
 from hpcshuffle.scale.storage import SharedQueues
 from hpcshuffle.scale.traffic import EpochTraffic, epoch_traffic
 
@@ -180,6 +185,9 @@ class EpochSimulation:
         self.node_hosts, self.node_disks = self._build_cluster()
         self.queues = SharedQueues(platform.shared, len(self.node_hosts), scenario.seed, scenario.epoch)
         self.exposed: dict[int, float] = {}  # batch size -> the allreduce's seconds after backward
+        self.noise_rng = np.random.default_rng([scenario.seed, scenario.epoch, 0x401])
+        kakurenbo = platform.exchange.scheduler == "kakurenbo" and traffic.sends.total() > 0
+        self.slot_exchange = SlotExchange(self, scenario.seed, scenario.epoch) if kakurenbo else None
         self.barrier = sg.Barrier(self.ranks)
         self.totals = {phase: [0.0] * self.ranks for phase in (*PHASES, "epoch")}
 
@@ -216,7 +224,17 @@ class EpochSimulation:
         else:
             fabric = self._build_star(root, used_nodes, add_node, loopback)
         fabric.seal()
-        self.compute_hosts = [hosts[node] for node in range(used_nodes)]
+        # where the nodes' CPU work runs: each node's own cores, or one machine's that every node
+        # shares (the nodes are namespaces of that machine: platform.machine_cores)
+        self.cpu_hosts = [hosts[node] for node in range(used_nodes)]
+        if platform.machine_cores:
+            machines = sg.NetZone.create_full_zone("machine")
+            machines.set_parent(root)
+            machine = machines.create_host("machine", 1.0)
+            machine.core_count = platform.machine_cores
+            self.cpu_hosts = [machine.seal()] * used_nodes
+            machines.seal()
+        self.compute_hosts = list(self.cpu_hosts)
         if platform.accelerators_per_node:
             devices = sg.NetZone.create_full_zone("accelerators")
             devices.set_parent(root)
@@ -266,7 +284,7 @@ class EpochSimulation:
             # the rank runs where it computes; its loader on the node's CPU
             sg.Actor.create(f"rank-{rank}", self.compute_hosts[node], self._guarded(self._rank), rank, ready, slots)
             if self.platform.loader.prefetch > 0:
-                sg.Actor.create(f"loader-{rank}", self.node_hosts[node], self._guarded(self._loader),
+                sg.Actor.create(f"loader-{rank}", self.cpu_hosts[node], self._guarded(self._loader),
                                 rank, ready, slots)
         self.engine.run()
         if self.failure is not None:
@@ -355,14 +373,17 @@ class EpochSimulation:
             totals["io"] += clock() - mark
 
             mark = clock()
-            writes += self._land(posted)
-            posted = self._post(node, sends.get(iteration, ()))
+            if self.slot_exchange:
+                self.slot_exchange.iterate(rank, iteration)
+            else:
+                writes += self._land(posted)
+                posted = self._post(node, sends.get(iteration, ()))
             self._borrow(node, loans.get(iteration, ()))
             totals["exchange"] += clock() - mark
 
             mark = clock()
             start, stop = traffic.spec.batch_bounds(iteration)
-            sg.this_actor.execute((stop - start) * self.model.fwbw_per_sample)
+            sg.this_actor.execute((stop - start) * self.model.fwbw_per_sample + self.noise())
             totals["fwbw"] += clock() - mark
 
             mark = clock()
@@ -375,7 +396,9 @@ class EpochSimulation:
         writes += self._land(posted)
         for write in writes:
             write.wait()
-        if sends:  # the epoch's commit: paid once, however few iterations there were to hide the moves
+        if self.slot_exchange:
+            self.slot_exchange.land(rank)
+        elif sends:  # the epoch's commit: paid once, however few iterations there were to hide the moves
             self._cpu(platform.exchange.epoch_overhead, on_cpu=not platform.accelerators_per_node)
         totals["exchange"] += clock() - mark
         mark = clock()
@@ -385,6 +408,11 @@ class EpochSimulation:
             self.totals[phase][rank] = seconds
         self.totals["epoch"][rank] = clock() - started
         self.finished += 1
+
+    def noise(self) -> float:
+        """One draw of the training thread's jitter (`exchange.noise`), 0 when there is none."""
+        noise = self.platform.exchange.noise
+        return float(noise.sample(self.noise_rng, 1)[0]) if noise.mean else 0.0
 
     def _exposed(self, batch: int) -> float:
         """The allreduce's seconds after a backward of `batch` samples (buckets overlap the rest)."""

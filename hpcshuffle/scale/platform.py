@@ -8,6 +8,7 @@ default.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ import yaml
 
 PLATFORM_DIR = Path(__file__).resolve().parents[2] / "conf" / "platform"
 TOPOLOGIES = ("fat_tree", "star")
+SCHEDULERS = ("hpcshuffle", "kakurenbo")
 
 
 class PlatformError(ValueError):
@@ -179,12 +181,27 @@ class Allreduce:
 
 @dataclass(frozen=True)
 class Exchange:
-    """The exchange's cost on the training thread: `cpu_per_sample` s per exchanged sample (read,
-    frame, copy, write), and `epoch_overhead` s at the end of every epoch that moved anything
-    (commit, fsync, cleanup), whatever it moved."""
+    """How PLS moves samples (scale/slots.py for the second scheduler).
+
+    scheduler: "hpcshuffle" — the exchange's own threads move the samples, one message per
+        destination per iteration; the training thread pays `cpu_per_sample` s per exchanged sample
+        (handing it over) and `epoch_overhead` s at the end of every epoch that moved anything
+        (commit, fsync, cleanup). "kakurenbo" — the PLS authors' scheduler (their public code, commit
+        15eb317, ImageNet/utils/scheduler.py): on the training thread, one exchanged sample at a
+        time, each after a barrier of every rank, sent alone to a peer drawn by a permutation of the
+        ranks, costing `slot_cpu` s (read, decode, pickle; unpickle, encode, write at the receiver) and
+        `slot_bytes` on the wire (decoded pixels; 0: the stored sample's bytes); one more barrier an
+        iteration for what was received.
+    noise: jitter of the training thread's work, drawn per rank for every FW+BW and every slot, so
+        the barriers and the allreduce wait for the slowest draw (OS noise, interference).
+    """
 
     cpu_per_sample: float
     epoch_overhead: float
+    scheduler: str = "hpcshuffle"
+    slot_cpu: float = 0.0
+    slot_bytes: float = 0.0
+    noise: Distribution = Distribution("fixed", 0.0)
 
 
 @dataclass(frozen=True)
@@ -219,6 +236,7 @@ class Platform:
     models: dict[str, Model]
     datasets: dict[str, Dataset]
     description: str = ""
+    machine_cores: int = 0  # > 0: the nodes are namespaces of one machine, all sharing its this many cores
     source: str = ""  # the file it was read from
     # kept for the record and for re-deriving variants: `calibration:` notes, `ranges:` (each knob's
     # sourced low/high, read by `scale --sensitivity`) and `raw` (the mapping this was built from)
@@ -264,8 +282,8 @@ SECTIONS = {
 }
 TABLES = {"models": Model, "datasets": Dataset}
 SCALARS = {"name": str, "description": str, "nodes": int, "ranks_per_node": int, "cpu_cores_per_node": int,
-           "accelerators_per_node": int}
-OPTIONAL = {"description", "calibration", "ranges"}
+           "accelerators_per_node": int, "machine_cores": int}
+OPTIONAL = {"description", "calibration", "ranges", "machine_cores"}
 # capacities the simulation divides by or waits on: 0 would deadlock SimGrid or divide by zero
 POSITIVE = {(Network, "link_bandwidth"), (Network, "intra_node_bandwidth"), (LocalStore, "read_bandwidth"),
             (LocalStore, "write_bandwidth"), (SharedStorage, "read_bandwidth"), (SharedStorage, "servers"),
@@ -318,16 +336,32 @@ def platform_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Platform:
         if not isinstance(table, dict) or not table:
             raise PlatformError(f"{source}: {key}: needs at least one named entry, got {table!r}")
         values[key] = {name: _section(entry, cls, source, f"{key}.{name}") for name, entry in table.items()}
+    if values["exchange"].scheduler not in SCHEDULERS:
+        raise PlatformError(f"{source}: exchange.scheduler {values['exchange'].scheduler!r} is not one of {list(SCHEDULERS)}")
     network = values["network"]
     if network.topology not in TOPOLOGIES:
         raise PlatformError(f"{source}: network.topology {network.topology!r} is not one of {list(TOPOLOGIES)}")
     if network.topology == "fat_tree":
         _check_fat_tree(network.fat_tree, source)
-    if min(values["nodes"], values["ranks_per_node"], values["cpu_cores_per_node"]) < 1 or values["accelerators_per_node"] < 0:
+    if (min(values["nodes"], values["ranks_per_node"], values["cpu_cores_per_node"]) < 1
+            or min(values["accelerators_per_node"], values.get("machine_cores", 0)) < 0):
         raise PlatformError(f"{source}: nodes, ranks_per_node and cpu_cores_per_node must be >= 1, "
-                            "accelerators_per_node >= 0 (0: FW+BW on the CPU cores)")
+                            "accelerators_per_node >= 0 (0: FW+BW on the CPU cores), machine_cores >= 0")
     return Platform(**values, source=source,
                     extra={"calibration": raw.get("calibration"), "ranges": raw.get("ranges") or {}, "raw": raw})
+
+
+def with_values(platform: Platform, values: dict[str, Any]) -> Platform:
+    """`platform` with each dotted path of its yaml (e.g. "exchange.noise.mean") set to its value,
+    built and checked as a platform file is (PlatformError names a bad one)."""
+    raw = copy.deepcopy(platform.extra["raw"])
+    for path, value in values.items():
+        *parents, last = path.split(".")
+        node = raw
+        for key in parents:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return platform_from_dict(raw, platform.source)
 
 
 def _refuse_unknown(raw: dict, allowed: set[str], source: str, prefix: str) -> None:

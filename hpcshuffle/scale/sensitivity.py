@@ -14,7 +14,6 @@ the answer. Every range and every variant is checked before anything is simulate
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import math
 from collections.abc import Callable
@@ -25,7 +24,7 @@ from typing import Any
 
 from hpcshuffle.plan import get_strategy
 from hpcshuffle.scale.engine import Result, Scenario, check_scenario, simulate
-from hpcshuffle.scale.platform import Platform, PlatformError, platform_from_dict
+from hpcshuffle.scale.platform import Platform, PlatformError, with_values
 
 ENDS = ("low", "high")
 SHUFFLES = ("global", "local", "partial")  # GS, LS, PLS
@@ -167,14 +166,8 @@ def _number_at(raw: dict, path: str, where: str) -> float:
 def knob_variant(platform: Platform, knob: KnobRange, end: str) -> Platform:
     """The platform with `knob` at its `end` ("low" or "high"), built from its yaml mapping and
     checked as any platform file is."""
-    raw = copy.deepcopy(platform.extra["raw"])
-    *parents, last = knob.path.split(".")
-    node = raw
-    for key in parents:
-        node = node[key]
-    node[last] = knob.value(end)
     try:
-        return platform_from_dict(raw, platform.source)
+        return with_values(platform, {knob.path: knob.value(end)})
     except PlatformError as err:
         raise RangeError(f"ranges: {knob.path} at its {end} {knob.value(end):g} makes a platform that cannot be "
                          f"simulated ({err}); narrow the range") from None

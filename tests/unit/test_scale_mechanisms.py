@@ -167,3 +167,36 @@ def test_a_share_above_one_is_refused(section, key, value, message):
     raw = tiny_raw()
     raw[section][key] = value
     assert message in refused(raw)
+
+
+# ---- the PLS authors' scheduler: a barrier per exchanged sample ------------------------------------
+
+def slots_platform(scheduler: str, noise: float):
+    return tiny_platform(exchange__scheduler=scheduler, exchange__slot_cpu=1e-4,
+                         exchange__noise={"dist": "lognormal", "mean": noise, "cv": 1.0})
+
+
+def test_every_exchanged_sample_costs_the_authors_scheduler_its_slot():
+    """16 ranks, q = 0.3 of 64 samples each: ⌈19.2⌉ = 20 slots of 1e-4 s of CPU, each behind a barrier."""
+    result = simulate(slots_platform("kakurenbo", 0.0), scenario("partial"))
+    assert result.exchange_s >= 20 * 1e-4
+    assert result.exchange_s < 20 * 1e-4 + 0.01
+
+
+def test_noise_costs_the_authors_scheduler_more_with_more_ranks_and_hpcshuffles_exchange_nothing():
+    def exchange(scheduler: str, workers: int, noise: float) -> float:
+        platform = slots_platform(scheduler, noise)
+        return simulate(platform, scenario("partial", workers=workers, samples=64 * workers)).exchange_s
+
+    def cost_of_noise(scheduler: str, workers: int) -> float:
+        return exchange(scheduler, workers, 1e-3) - exchange(scheduler, workers, 0.0)
+
+    assert cost_of_noise("kakurenbo", 32) > 1.2 * cost_of_noise("kakurenbo", 4) > 0  # each barrier waits for the slowest
+    for workers in (4, 32):  # hpcshuffle's exchange has no barrier: noise waits in the allreduce, not here
+        assert cost_of_noise("hpcshuffle", workers) == pytest.approx(0.0, abs=1e-3)
+
+
+def test_an_unknown_scheduler_is_refused():
+    raw = tiny_raw()
+    raw["exchange"]["scheduler"] = "mpi"
+    assert "exchange.scheduler 'mpi' is not one of ['hpcshuffle', 'kakurenbo']" in refused(raw)

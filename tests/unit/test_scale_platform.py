@@ -18,7 +18,7 @@ from hpcshuffle.scale.platform import (
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 # costs a platform may leave out of the model on purpose ("not charged"): 0 is a valid value
 MAY_BE_ZERO = {"loader.cpu_per_file", "shared.client_cpu_per_file", "shared.background_load", "allreduce.overlap",
-               "loader.prefetch"}
+               "loader.prefetch", "exchange.slot_cpu", "exchange.slot_bytes", "exchange.noise.mean", "machine_cores"}
 USED = {"fixed": {"mean"}, "lognormal": {"mean", "cv"}, "pareto": {"mean", "shape"}}  # a distribution's parameters
 
 
