@@ -14,7 +14,7 @@ with the paper's stated values beside the simulated ones:
   nodes (4 learners each), the regular loader (GS reading GPFS) against locality-aware loading.
   Yang measured loading only, so the platform gets a model `loading_only` with negligible FW+BW
   (1 ns per sample) and no gradient bytes, added here (conf/ is not changed):
-  dataclasses.replace(platform, models={..., "loading_only": Model(1e-9, 0.0)}). The local batch
+  with_values(platform, {"models.loading_only": ...}). The local batch
   is b = 128 (`--yang-batch`): Yang's loading-only Fig. 1 and the training runs of Table I
   (8,192 / 64 learners) use 128; Sec. VI-A does not restate it.
   A second set charges decoding (`--yang-decode-ms`, default 2.1 ms per sample on one core, measured
@@ -55,10 +55,12 @@ from pathlib import Path
 
 import yaml
 
+from scale_fit import FIT_SEEDS, KNEE_ITERATIONS, KNEE_WORKERS, fit_table, knee_setups, knee_table
+
 from hpcshuffle.analysis.plots import PHASE_LABELS, new_figure, save
 from hpcshuffle.plan import run_label
 from hpcshuffle.scale.engine import PHASES, Result, Scenario, check_scenario, simulate
-from hpcshuffle.scale.platform import Model, Platform, platform_from_dict, platform_path
+from hpcshuffle.scale.platform import Model, Platform, platform_from_dict, platform_path, with_values
 
 NGUYEN_WORKERS = [16, 32, 64, 128, 256, 512, 1024, 2048]
 FIG10_WORKERS = 512
@@ -94,19 +96,15 @@ PAPER = {
 
 @dataclass(frozen=True)
 class Setup:
-    """A platform file plus the changes this study makes to it (recorded, and part of the cache key)."""
+    """A platform file plus the changes this study makes to it (recorded, and part of the cache key):
+    `values` maps dotted paths of the yaml to what they are set to (platform.with_values)."""
 
     name: str
     platform: str  # conf/platform/<name>.yaml
-    models: dict = field(default_factory=dict)  # extra models: name -> Model fields
-    shared: dict = field(default_factory=dict)  # shared-storage fields replaced
-    loader: dict = field(default_factory=dict)  # loader fields replaced
+    values: dict = field(default_factory=dict)
 
     def changes(self) -> dict:
-        changes = {"models": self.models, "shared": self.shared}
-        if self.loader:
-            changes["loader"] = self.loader
-        return changes
+        return self.values
 
 
 @dataclass
@@ -130,22 +128,14 @@ class Platforms:
             data = path.read_bytes()
             self.raw[setup.platform] = (hashlib.sha256(data).hexdigest(), yaml.safe_load(data), str(path))
         digest, raw, source = self.raw[setup.platform]
-        platform = platform_from_dict(raw, source)
-        if setup.models:
-            platform = dataclasses.replace(platform, models={**platform.models,
-                                                             **{k: Model(**v) for k, v in setup.models.items()}})
-        if setup.shared:
-            platform = dataclasses.replace(platform, shared=dataclasses.replace(platform.shared, **setup.shared))
-        if setup.loader:
-            platform = dataclasses.replace(platform, loader=dataclasses.replace(platform.loader, **setup.loader))
-        return platform, digest
+        return with_values(platform_from_dict(raw, source), setup.values), digest
 
 
 def code_digest() -> str:
     """sha256 of the code that decides a simulated epoch: the engine, the platform loader, the traffic and
     the plan (a changed engine is simulated again, as a changed platform file is)."""
     package = Path(__file__).resolve().parents[1] / "hpcshuffle"
-    files = [package / "scale" / name for name in ("engine.py", "platform.py", "traffic.py")]
+    files = [package / "scale" / name for name in ("engine.py", "platform.py", "traffic.py", "storage.py", "slots.py")]
     files += sorted((package / "plan").glob("*.py"))
     digest = hashlib.sha256()
     for path in files:
@@ -171,13 +161,13 @@ def cache_path(out: Path, setup: Setup, scenario: Scenario, key: str) -> Path:
 def build_jobs(args: argparse.Namespace) -> list[Job]:
     abci = Setup("abci", args.nguyen_platform)
     slow_gs = Setup(f"abci-gs{args.gs_latency_ms:g}ms", args.nguyen_platform,
-                    shared={"file_latency": args.gs_latency_ms / 1000})
-    lassen = Setup("lassen-loading", args.yang_platform, models={"loading_only": asdict(LOADING_ONLY)})
+                    {"shared.file_latency": args.gs_latency_ms / 1000})
+    lassen = Setup("lassen-loading", args.yang_platform, {"models.loading_only": asdict(LOADING_ONLY)})
     # decoding and augmenting each sample (the engine charges a loader's CPU as one core's execution per
     # batch, so the cost per sample is spread over the cores a learner's loader workers use)
     decode = Setup(f"lassen-loading-decode{args.yang_decode_ms:g}ms", args.yang_platform,
-                   models={"loading_only": asdict(LOADING_ONLY)},
-                   loader={"cpu_per_file": args.yang_decode_ms / 1000 / YANG_CORES_PER_LEARNER})
+                   {"models.loading_only": asdict(LOADING_ONLY),
+                    "loader.cpu_per_file": args.yang_decode_ms / 1000 / YANG_CORES_PER_LEARNER})
     samples = QUICK_SAMPLES if args.quick else None
     fig9_workers = args.workers or ([16, 32] if args.quick else NGUYEN_WORKERS)
     fig10_workers = 64 if args.quick else FIG10_WORKERS
@@ -214,6 +204,25 @@ def build_jobs(args: argparse.Namespace) -> list[Job]:
             jobs += [Job("fig10", f"partial-{q:g}", abci, scenario(fig10_workers, "partial", q, model, part=part), scale)
                      for q in (qs if model == "resnet50" else densenet_qs)]
             jobs += [Job("fig10", "global", abci, scenario(fig10_workers, "global", None, model, part=part), scale)]
+    if "fit" in args.figures:  # experiments/scale_fit.py: the fit, seed by seed, and the unfitted prediction
+        for model, workers in (("densenet161", fig10_workers), ("resnet50", 128)):
+            jobs.append(Job("fit", f"{model} local", abci, scenario(workers, "local", None, model)))
+            jobs += [Job("fit", f"{model} global", abci, dataclasses.replace(scenario(workers, "global", None, model),
+                                                                             seed=seed))
+                     for seed in (FIT_SEEDS[:2] if args.quick else FIT_SEEDS)]
+    if "knee" in args.figures:  # experiments/scale_fit.py: PLS-0.1 / LS by scheduler, noise and latency
+        alpha = platform_from_dict(yaml.safe_load(platform_path(args.nguyen_platform).read_text())).allreduce.alpha
+        knee_workers = [64, 128] if args.quick else KNEE_WORKERS
+        for name, values in knee_setups(alpha):
+            setup = Setup(name, args.nguyen_platform, values)
+            for m in knee_workers:
+                part = KNEE_ITERATIONS * m * 32
+                if name.startswith("hpcshuffle"):
+                    jobs.append(Job("knee", "local", setup, scenario(m, "local", None, part=part)))
+                jobs.append(Job("knee", "partial-0.1", setup, scenario(m, "partial", 0.1, part=part)))
+            if name == "kakurenbo|none|1x":  # its one fitted number: PLS q=1.0 / LS at Fig. 10's scale
+                jobs.append(Job("knee", "partial-1", setup,
+                                scenario(knee_workers[0], "partial", 1.0, part=KNEE_ITERATIONS * knee_workers[0] * 32)))
     if "yang8" in args.figures:
         for n in nodes:
             for shuffle, label in (("global", "regular"), ("locality", "locality-aware")):
@@ -403,7 +412,8 @@ def yang8(rows: list[tuple[Job, Result]], out: Path) -> str:
     by = {(job.label, job.scenario.workers): r for job, r in rows}
     learners = sorted({job.scenario.workers for job, _ in rows})
     batch = rows[0][0].scenario.batch_size
-    decode = next((job.setup.loader["cpu_per_file"] for job, _ in rows if job.setup.loader), None)
+    decode = next((job.setup.values["loader.cpu_per_file"] for job, _ in rows
+                   if "loader.cpu_per_file" in job.setup.values), None)
     variants = [("", "model loading_only (FW+BW 1 ns/sample, no gradients), decoding not charged")]
     if decode is not None:
         variants.append((" + decode", f"the same, plus decoding: loader.cpu_per_file {decode * 1e3:.3f} ms "
@@ -472,7 +482,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", default="results/reference/scale")
     parser.add_argument("--jobs", type=int, default=2, help="simulations at a time (default 2)")
-    parser.add_argument("--figures", nargs="+", choices=["fig9", "fig10", "yang8"], default=["fig9", "fig10", "yang8"])
+    parser.add_argument("--figures", nargs="+", choices=["fit", "fig9", "fig10", "yang8", "knee"],
+                        default=["fit", "fig9", "fig10", "yang8", "knee"])
     parser.add_argument("--workers", type=int, nargs="+", default=None, metavar="M",
                         help=f"Fig. 9's worker counts (default {' '.join(map(str, NGUYEN_WORKERS))})")
     parser.add_argument("--nodes", type=int, nargs="+", default=None,
@@ -508,7 +519,9 @@ def main() -> None:
     tables = {}
     writers = {"fig9": (fig9, "nguyen_fig9.txt"),
                "fig10": (lambda rows, out: fig10(rows, out, rows_of(jobs, results, "fig9")), "nguyen_fig10.txt"),
-               "yang8": (yang8, "yang_fig8.txt")}
+               "yang8": (yang8, "yang_fig8.txt"),
+               "fit": (lambda rows, out: fit_table(rows), "fit.txt"),
+               "knee": (knee_table, "pls_knee.txt")}
     for name in args.figures:
         make, filename = writers[name]
         tables[name] = make(rows_of(jobs, results, name), out)

@@ -26,6 +26,9 @@ def add_parsers(actions: argparse._SubParsersAction) -> None:
                                 "raise it to predict runs with more ranks than these")
     calibrate.add_argument("--sample-bytes", type=float, default=None,
                            help="mean bytes per sample (default: measured under the runs' dataset.root)")
+    calibrate.add_argument("--link", type=float, nargs=2, default=None, metavar=("LATENCY_S", "BANDWIDTH_BPS"),
+                           help="the MPI link between two ranks, as an earlier ping-pong measured it "
+                                "(default: measure it now with `mpiexec -n 2`)")
     calibrate.set_defaults(run=cmd_calibrate)
     check = actions.add_parser("validate", help="simulate real runs on a platform and print each phase's error")
     check.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -38,8 +41,11 @@ def add_parsers(actions: argparse._SubParsersAction) -> None:
 def cmd_calibrate(args: argparse.Namespace) -> None:
     runs = read_runs(args.runs)
     sample_bytes = args.sample_bytes or mean_file_bytes(dataset_root(runs[0].path, runs[0].dataset_root))
-    print("measuring the MPI link between two ranks ...", file=sys.stderr, flush=True)
-    link = ping_pong()
+    if args.link:
+        link = tuple(args.link)
+    else:
+        print("measuring the MPI link between two ranks ...", file=sys.stderr, flush=True)
+        link = ping_pong()
     platform = fit_platform(runs, args.name, args.cores, sample_bytes, link, gradient_bytes_of(runs[0].model),
                             args.ranks_per_node)
     platform_from_dict(platform, args.out)  # what is written must load
