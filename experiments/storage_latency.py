@@ -279,7 +279,9 @@ def measure_cluster(args: argparse.Namespace) -> tuple[str, dict, list[dict]]:
 
     from cluster_scaling import BIN, connect
 
-    with tempfile.TemporaryDirectory(prefix="storage-latency-") as workdir:
+    # the nodes see this machine's files but /tmp (each has its own): results go under /var/tmp
+    with tempfile.TemporaryDirectory(prefix="storage-latency-") as workdir, \
+            tempfile.TemporaryDirectory(prefix="storage-latency-", dir="/var/tmp") as workdir_shared:
         cluster = connect(cluster_script(Path(workdir)), max(args.nodes))
         settings = dict(cluster.settings)
         target = f"nscluster-lat{settings.get('storage_latency_ms', 0)}ms"
@@ -296,14 +298,16 @@ def measure_cluster(args: argparse.Namespace) -> tuple[str, dict, list[dict]]:
                 for readers in args.readers:
                     load = os.getloadavg()[0]
                     start_at = time.time() + args.lead_s
-                    done = cluster.step(
+                    results = Path(workdir_shared) / f"r{repeat}-n{nodes}-k{readers}"
+                    cluster.step(
                         "srun", *cluster.placement(), f"--nodes={nodes}", "--ntasks-per-node=1", "--cpus-per-task=1",
                         *me, "probe", f"--root={root}", f"--nodes={nodes}", f"--readers={readers}",
                         f"--per-reader={per_reader(args.reads, readers)}", f"--seed={repeat * 1000 + readers}",
-                        f"--start-at={start_at}")
-                    parts = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+                        f"--start-at={start_at}", f"--result={results}")
+                    # a file per task: srun forwards the tasks' stdout in pieces that interleave
+                    parts = [json.loads(path.read_text()) for path in sorted(results.parent.glob(f"{results.name}-*.json"))]
                     if len(parts) != nodes:
-                        sys.exit(f"expected {nodes} probe results, got {len(parts)}:\n{done.stdout[-2000:]}")
+                        sys.exit(f"expected {nodes} probe results under {results.parent}, got {len(parts)}")
                     rows.append(point_row(target, nodes, readers, repeat, parts, (load, os.getloadavg()[0])))
                     progress(rows[-1])
     return target, settings, rows
@@ -446,6 +450,7 @@ def main() -> None:
     sub.add_argument("--per-reader", type=int, required=True)
     sub.add_argument("--seed", type=int, required=True)
     sub.add_argument("--start-at", type=float, default=None)
+    sub.add_argument("--result", type=Path, default=None, help="write to RESULT-<node>.json instead of stdout")
     args = parser.parse_args()
 
     if args.command == "prepare":
@@ -454,8 +459,12 @@ def main() -> None:
         print(json.dumps({"seconds": warm(args.root, POOL_FILES)}))
     elif args.command == "probe":
         node = int(os.environ.get("SLURM_PROCID", "0"))
-        print(json.dumps(probe(args.root, POOL_FILES, args.nodes, node, args.readers, args.per_reader, args.seed,
-                               args.start_at)), flush=True)
+        result = json.dumps(probe(args.root, POOL_FILES, args.nodes, node, args.readers, args.per_reader, args.seed,
+                                  args.start_at))
+        if args.result is None:
+            print(result, flush=True)
+        else:
+            args.result.with_name(f"{args.result.name}-{node}.json").write_text(result)
     elif args.command == "table":
         write_table(args.out)
     elif args.command == "cluster-runs":
