@@ -129,11 +129,15 @@ def fault_named(output: str) -> str | None:
     return next((fault for sign, fault in FAULT_SIGNS.items() if sign in output), None)
 
 
+# what cluster.sh reads beside itself ($(dirname "$SELF")/...): a snapshot without one fails at its first call
+CLUSTER_SOURCES = ("gluster_options.sh", "processes.sh", "slurm_common.conf")
+
+
 def snapshot(workdir: Path) -> Path:
     """A copy of scripts/cluster.sh (and what it sources) to run for the whole experiment: bash
     reads a script while running it, and an edit of cluster.sh during a long call made bash fail
     after the job ended ("unexpected EOF"), losing the job's exit code."""
-    for name in ("cluster.sh", "gluster_options.sh"):
+    for name in ("cluster.sh", *CLUSTER_SOURCES):
         shutil.copy2(REPO / "scripts" / name, workdir / name)
     return workdir / "cluster.sh"
 

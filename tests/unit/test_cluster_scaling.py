@@ -126,3 +126,14 @@ def test_the_tables_give_each_strategy_against_ls_and_the_simulated_error(scalin
     comparison = scaling.comparison_table(rows, predicted)
     assert comparison.count("+50%") == len(rows)
     assert "epoch error: median 50%, largest 50% over 6 runs" in comparison
+
+
+def test_the_snapshot_holds_everything_cluster_sh_reads_beside_itself(scaling, tmp_path):
+    """cluster.sh sources and reads files from its own directory; a copy without one fails."""
+    import re
+
+    script = (scaling.REPO / "scripts" / "cluster.sh").read_text()
+    beside = set(re.findall(r'\$\(dirname "\$SELF"\)/([\w.]+)', script))
+    assert beside == set(scaling.CLUSTER_SOURCES)
+    copied = scaling.snapshot(tmp_path)
+    assert {path.name for path in tmp_path.iterdir()} == {"cluster.sh", *beside} and copied.name == "cluster.sh"
