@@ -10,7 +10,9 @@ from pathlib import Path
 
 import yaml
 
-from hpcshuffle.scale.calibrate import fit_platform, gradient_bytes_of, mean_file_bytes, ping_pong, read_runs
+from hpcshuffle.scale.calibrate import (
+    fit_platform, gradient_bytes_of, mean_file_bytes, measured_storage, ping_pong, read_runs,
+)
 from hpcshuffle.scale.platform import load_platform, platform_from_dict
 from hpcshuffle.scale.validate import validate, validation_table
 
@@ -29,6 +31,10 @@ def add_parsers(actions: argparse._SubParsersAction) -> None:
     calibrate.add_argument("--link", type=float, nargs=2, default=None, metavar=("LATENCY_S", "BANDWIDTH_BPS"),
                            help="the MPI link between two ranks, as an earlier ping-pong measured it "
                                 "(default: measure it now with `mpiexec -n 2`)")
+    calibrate.add_argument("--storage", default=None, metavar="LATENCY_JSON:TARGET",
+                           help="the shared storage's per-file read times as experiments/storage_latency.py measured "
+                                "them (e.g. results/reference/storage/latency.json:gluster-1node): GS's reads then "
+                                "wait in its queue and only the rest is client CPU")
     calibrate.set_defaults(run=cmd_calibrate)
     check = actions.add_parser("validate", help="simulate real runs on a platform and print each phase's error")
     check.add_argument("runs", nargs="+", metavar="RUN_DIR")
@@ -46,8 +52,14 @@ def cmd_calibrate(args: argparse.Namespace) -> None:
     else:
         print("measuring the MPI link between two ranks ...", file=sys.stderr, flush=True)
         link = ping_pong()
+    storage = None
+    if args.storage:
+        path, _, target = args.storage.rpartition(":")
+        storage = measured_storage(Path(path), target)
     platform = fit_platform(runs, args.name, args.cores, sample_bytes, link, gradient_bytes_of(runs[0].model),
-                            args.ranks_per_node)
+                            args.ranks_per_node, storage)
+    if args.storage:
+        platform["calibration"]["storage"] = args.storage
     platform_from_dict(platform, args.out)  # what is written must load
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     header = "# written by `hpcshuffle scale calibrate`; see hpcshuffle/scale/calibrate.py for what each number fits\n"

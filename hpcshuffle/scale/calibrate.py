@@ -12,6 +12,11 @@ model, batch) on one machine and fits what the engine charges (scale/engine.py):
   2(M−1)·α over the same runs (the gradients of a CPU-sized model are small, so the latency term
   is the allreduce; on the CPU it is core time, contended like the rest); its bandwidth and the
   ranks' MPI link from a ping-pong between two ranks.
+- Shared storage, when its per-file read times were measured (experiments/storage_latency.py,
+  `--storage`): one server per brick, whose service time is the inverse of the largest throughput
+  any number of readers reached, and a fixed latency, what one reader's mean file time leaves
+  beside one service. GS's client CPU is then what its reads cost beyond those; without the
+  measurement all of it is client CPU, which no number of files in flight can overlap.
 - Everything else (one node, its cores, the dataset's size and sample bytes) is read off the
   runs and the machine.
 """
@@ -111,8 +116,25 @@ def workload_names(run: MeasuredRun) -> tuple[str, str]:
     return run.model, Path(run.dataset_root).name
 
 
+def measured_storage(path: Path, target: str) -> dict:
+    """The `shared:` knobs of one target of experiments/storage_latency.py's json (see the module doc)."""
+    try:
+        rows = [row for row in json.loads(Path(path).read_text())["rows"] if row["target"] == target]
+    except (OSError, ValueError, KeyError) as err:
+        raise PlatformError(f"{path} is not experiments/storage_latency.py's latency.json ({err})") from None
+    alone = [row["mean_s"] for row in rows if row["nodes"] == 1 and row["readers"] == 1]
+    if not alone:
+        known = sorted({row["target"] for row in json.loads(Path(path).read_text())["rows"]})
+        raise PlatformError(f"{path} has no one-reader rows of target {target!r}; its targets are {known}")
+    service = 1.0 / max(row["files_per_s"] for row in rows)
+    busiest = max(rows, key=lambda row: row["nodes"] * row["readers"])
+    return {"servers": 1, "service": {"dist": "lognormal", "mean": service, "cv": round(busiest["lognormal"]["cv"], 3)},
+            "file_latency": max(0.0, statistics.fmean(alone) - service)}
+
+
 def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: float,
-                 link: tuple[float, float], gradient_bytes: float, ranks_per_node: int | None = None) -> dict:
+                 link: tuple[float, float], gradient_bytes: float, ranks_per_node: int | None = None,
+                 storage: dict | None = None) -> dict:
     """The platform yaml (as a dict) that the engine needs to replay `runs` on this machine.
 
     Args:
@@ -121,6 +143,7 @@ def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: f
         gradient_bytes: bytes allreduced per iteration (the model's parameters × 4).
         ranks_per_node: the most ranks the simulated node holds (default: the runs' largest M), so
             that runs with more ranks than the calibration's can be predicted.
+        storage: measured `shared:` knobs (`measured_storage`); GS's client CPU is fitted beyond them.
     """
     uncontended = [run for run in runs if run.workers <= cores] or runs
     scale = {id(run): cores / run.workers if run.workers > cores else 1.0 for run in uncontended}
@@ -133,7 +156,9 @@ def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: f
     from_shared = [run for run in uncontended if get_strategy(run.shuffle).trains_from_shared]
     exchanging = [run for run in uncontended if run.sent_per_rank > 0]
     loader_cpu = per_sample("io", stored or uncontended)
-    client_cpu = max(0.0, per_sample("io", from_shared) - loader_cpu) if from_shared else 0.0
+    storage = storage or {"servers": 1, "service": {"dist": "fixed", "mean": 0.0}, "file_latency": 0.0}
+    waited = storage["file_latency"] + storage["service"]["mean"]  # a file's read, alone, one in flight
+    client_cpu = max(0.0, per_sample("io", from_shared) - loader_cpu - waited) if from_shared else 0.0
     steps = [2 * (run.workers - 1) for run in uncontended]
     per_iteration = [run.phases["allreduce"] / run.iterations * scale[id(run)] for run in uncontended]
     alpha = sum(s * t for s, t in zip(steps, per_iteration)) / sum(s * s for s in steps) if any(steps) else 0.0
@@ -149,9 +174,7 @@ def fit_platform(runs: list[MeasuredRun], name: str, cores: int, sample_bytes: f
         "network": {"topology": "star", "link_bandwidth": bandwidth, "link_latency": latency,
                     "intra_node_bandwidth": bandwidth, "intra_node_latency": latency},
         "local": {"read_bandwidth": fast, "write_bandwidth": fast, "file_latency": 0.0},
-        "shared": {"read_bandwidth": fast, "metadata_rate": fast, "servers": 1,
-                   "service": {"dist": "fixed", "mean": 0.0}, "file_latency": 0.0,
-                   "client_cpu_per_file": client_cpu},
+        "shared": {"read_bandwidth": fast, "metadata_rate": fast, **storage, "client_cpu_per_file": client_cpu},
         "loader": {"workers": 1, "prefetch": 0, "cpu_per_file": loader_cpu},
         "allreduce": {"alpha": alpha, "bandwidth": bandwidth},
         "exchange": dict(zip(("cpu_per_sample", "epoch_overhead"), exchange_cost(exchanging, scale))),
