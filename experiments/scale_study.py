@@ -1,5 +1,7 @@
 """Three paper figures at the papers' scale, from SimGrid simulations (`hpcshuffle scale`), each
-with the paper's stated values beside the simulated ones:
+with the paper's stated values beside the simulated ones, and two tables of the model's mechanisms
+(experiments/scale_fit.py: `fit`, the abci storage fitted to Nguyen's DenseNet-161 breakdown and
+ResNet-50's unfitted GS/LS; `knee`, PLS-0.1/LS by exchange scheduler, noise and network latency):
 
 - Nguyen et al. Fig. 9: epoch time against workers (16-2,048) for global (GS), local (LS) and
   partial-0.1 (PLS) shuffling, ResNet-50 on ImageNet-1K, platform `abci` (b = 32 per rank: the
@@ -19,19 +21,19 @@ with the paper's stated values beside the simulated ones:
   (8,192 / 64 learners) use 128; Sec. VI-A does not restate it.
   A second set charges decoding (`--yang-decode-ms`, default 2.1 ms per sample on one core, measured
   by benchmarks/loader.py here) over a learner's 11 cores: locality-aware loading still decodes.
-- A sensitivity curve for Fig. 9: GS with the bottom-up 5 ms per-file latency of the shared
-  file system (conf/platform/abci.yaml's comment on shared.file_latency) instead of the 50 ms
-  Yang measured on GPFS (`--gs-latency-ms`, 0 leaves it out), at 128, 512 and 2,048 workers.
+- Optionally, a sensitivity curve for Fig. 9: GS with another per-file latency of the shared file
+  system (`--gs-latency-ms`; `hpcshuffle scale --sensitivity` varies it beside every other knob).
 
 Every simulation is cached as json under `<out>/cache/`, keyed by the platform file's sha256,
 the changes made to it here, the scenario and the simulator's code (hpcshuffle/scale/engine.py,
-platform.py, traffic.py, hpcshuffle/plan/): a rerun only simulates what is missing, and a platform
-whose yaml changed, or a changed engine, is simulated again. Writes under `--out`: `nguyen_fig9_epoch_time.png`
-and `nguyen_fig9.txt`, `nguyen_fig10_breakdown.png` and `nguyen_fig10.txt`,
-`yang_fig8_loading.png` and `yang_fig8.txt`, and `scale_study.json` (every simulated row).
+platform.py, traffic.py, storage.py, slots.py, hpcshuffle/plan/): a rerun only simulates what is
+missing, and a platform whose yaml changed, or a changed engine, is simulated again. Writes under
+`--out`: `fit.txt`, `nguyen_fig9_epoch_time.png` and `nguyen_fig9.txt`, `nguyen_fig10_breakdown.png`
+and `nguyen_fig10.txt`, `yang_fig8_loading.png` and `yang_fig8.txt`, `pls_knee.txt` and
+`pls_knee.png`, and `scale_study.json` (every simulated row).
 
     python experiments/scale_study.py [--out results/reference/scale] [--jobs 2]
-        [--figures fig9 fig10 yang8] [--workers 16 32 ... 2048] [--densenet-q 0.1 0.3 0.5 1.0]
+        [--figures fit fig9 fig10 yang8 knee] [--workers 16 32 ... 2048] [--densenet-q 0.1 0.3 0.5 1.0]
         [--no-densenet] [--yang-batch 128] [--gs-latency-ms 5] [--quick]
 
 `--quick` checks the plumbing in a few minutes: a 1/20 ImageNet (64,058 samples), Fig. 9 at 16 and
@@ -493,8 +495,9 @@ def main() -> None:
                         help="also Yang's loading with this decode+augment cost per sample on one core, spread over "
                              f"a learner's {YANG_CORES_PER_LEARNER} cores (default 2.1, measured by benchmarks/loader.py "
                              "on this machine; 0: not run)")
-    parser.add_argument("--gs-latency-ms", type=float, default=5.0,
-                        help="also GS with this shared-FS per-file latency in Fig. 9 (default 5; 0: not run)")
+    parser.add_argument("--gs-latency-ms", type=float, default=0.0,
+                        help="also GS with this shared-FS per-file latency in Fig. 9 (default 0: not run; "
+                             "`hpcshuffle scale --sensitivity` varies it with every other knob)")
     parser.add_argument("--gs-latency-workers", type=int, nargs="+", default=[128, 512, 2048], metavar="M",
                         help="the worker counts of that curve (default 128 512 2048)")
     parser.add_argument("--no-densenet", action="store_true", help="Fig. 10 for ResNet-50 only")

@@ -13,8 +13,9 @@ What the model charges, per rank and iteration (every knob is documented in scal
   counts, as in the real loop; with 0 the rank reads in the loop.
 - **Exchange** (PLS) — the plan's moves of that iteration, one message per destination through
   the fat tree (`Comm.sendto_async`), read from the sender's SSD first; the training thread pays
-  `exchange.cpu_per_sample` per sample and waits, one iteration later, for what it posted (the
-  paper's scheduler); received samples are written to the receiver's SSD, and the epoch ends with
+  `exchange.cpu_per_sample` per sample and waits, one iteration later, for what it posted (a bound:
+  hpcshuffle's exchange threads make it wait only at the epoch's end, and a few samples' bytes are
+  microseconds on the wire); received samples are written to the receiver's SSD, and the epoch ends with
   `exchange.epoch_overhead` (commit, fsync, cleanup). With `exchange.scheduler: kakurenbo`, the
   PLS authors' scheduler instead: a barrier and a message per exchanged sample (scale/slots.py).
   **Loans** (locality):
@@ -317,8 +318,8 @@ class EpochSimulation:
         if files == 0:
             return
         node = rank // platform.ranks_per_node
-        waited = -(-local // workers) * platform.local.file_latency
-        waited += self.queues.read(sg.Engine.clock + waited, node, shared, workers)
+        waited = self.queues.read(sg.Engine.clock, node, shared, workers)  # booked from now: the queues' clock
+        waited += -(-local // workers) * platform.local.file_latency
         sg.this_actor.sleep_for(waited)
         self._cpu(files * platform.loader.cpu_per_file + shared * platform.shared.client_cpu_per_file, on_cpu,
                   threads=min(workers, files))
