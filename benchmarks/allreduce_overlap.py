@@ -63,20 +63,9 @@ def free_port() -> int:
 
 
 def flat_allreduce(model, world_size: int) -> None:
-    """hpcshuffle's own non-overlapped allreduce (learner.average_gradients); a copy if not importable."""
-    try:
-        from hpcshuffle.learner import average_gradients
-    except ImportError:  # the benchmark stays runnable outside the package's environment
-        import torch.distributed as dist
-        from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+    """hpcshuffle's own non-overlapped allreduce (learner.average_gradients)."""
+    from hpcshuffle.learner import average_gradients
 
-        grads = [p.grad for p in model.parameters() if p.grad is not None]
-        flat = _flatten_dense_tensors(grads)
-        dist.all_reduce(flat)
-        flat /= world_size
-        for grad, averaged in zip(grads, _unflatten_dense_tensors(flat, grads)):
-            grad.copy_(averaged)
-        return
     average_gradients(model, world_size)
 
 

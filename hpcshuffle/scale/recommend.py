@@ -17,17 +17,23 @@ DEFAULT_QS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 def simulate_all(platform: Platform, scenarios: list[Scenario], progress: Callable[[str], None],
                  jobs: int = 1) -> list[Result]:
     """Every scenario, `jobs` simulations at a time (each is its own process), in the given order."""
+    return simulate_each([("", platform, scenario) for scenario in scenarios], progress, jobs, simulate)
 
-    def one(numbered: tuple[int, Scenario]) -> Result:
-        number, scenario = numbered
-        result = simulate(platform, scenario)
+
+def simulate_each(runs: list[tuple[str, Platform, Scenario]], progress: Callable[[str], None], jobs: int,
+                  simulate_one: Callable[[Platform, Scenario], Result]) -> list[Result]:
+    """Each (label, platform, scenario) by `simulate_one`, `jobs` at a time, in order; a progress line each."""
+
+    def one(numbered: tuple[int, tuple[str, Platform, Scenario]]) -> Result:
+        number, (label, platform, scenario) = numbered
+        result = simulate_one(platform, scenario)
         scope = " (node scope)" if scenario.scope == "node" else ""
-        progress(f"[{number}/{len(scenarios)}] {scenario.shuffle} q={result.q:g}{scope} at {scenario.workers} workers: "
-                 f"epoch {result.epoch_s:.1f} s simulated in {result.wall_s:.0f} s")
+        progress(f"[{number}/{len(runs)}] {label + ': ' if label else ''}{scenario.shuffle} q={result.q:g}{scope} at "
+                 f"{scenario.workers} workers: epoch {result.epoch_s:.1f} s simulated in {result.wall_s:.0f} s")
         return result
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, enumerate(scenarios, 1)))
+        return list(pool.map(one, enumerate(runs, 1)))
 
 
 def affordable_q(results: list[Result], tolerance: float) -> dict[tuple[int, str], tuple[float | None, float]]:

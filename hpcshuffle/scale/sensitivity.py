@@ -17,13 +17,13 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from hpcshuffle.plan import get_strategy
 from hpcshuffle.scale.engine import Result, Scenario, check_scenario, simulate
+from hpcshuffle.scale.recommend import simulate_each
 from hpcshuffle.scale.platform import Platform, PlatformError, with_values
 
 ENDS = ("low", "high")
@@ -226,7 +226,7 @@ def sensitivity(platform: Platform, workers: int, q: float, model: str, dataset:
     for key, variant in variants.items():
         for shuffle, scenario in scenarios.items():
             runs.setdefault((identity[key], shuffle), (names[key], variant, scenario))
-    results = _simulate_runs(list(runs.values()), jobs, progress or (lambda line: None), simulate_one or simulate)
+    results = simulate_each(list(runs.values()), progress or (lambda line: None), jobs, simulate_one or simulate)
     by_run = dict(zip(runs, results))
 
     def outcome(key: tuple[str, str]) -> Outcome:
@@ -235,22 +235,6 @@ def sensitivity(platform: Platform, workers: int, q: float, model: str, dataset:
     effects = [KnobEffect(knob, outcome((knob.path, "low")), outcome((knob.path, "high"))) for knob in knobs]
     effects.sort(key=lambda effect: (-effect.swing("gs_ls"), -effect.swing("pls_ls"), effect.knob.path))
     return Sensitivity(platform.name, platform.source, scenarios, outcome(BASE), effects)
-
-
-def _simulate_runs(runs: list[tuple[str, Platform, Scenario]], jobs: int, progress: Callable[[str], None],
-                   simulate_one: Callable[[Platform, Scenario], Result]) -> list[Result]:
-    """Each (label, platform, scenario), `jobs` at a time, in order; progress lines as simulate_all's."""
-
-    def one(numbered: tuple[int, tuple[str, Platform, Scenario]]) -> Result:
-        number, (label, platform, scenario) = numbered
-        result = simulate_one(platform, scenario)
-        scope = " (node scope)" if scenario.scope == "node" else ""
-        progress(f"[{number}/{len(runs)}] {label}: {scenario.shuffle} q={result.q:g}{scope} at {scenario.workers} "
-                 f"workers: epoch {result.epoch_s:.1f} s simulated in {result.wall_s:.0f} s")
-        return result
-
-    with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
-        return list(pool.map(one, enumerate(runs, 1)))
 
 
 # ---- output -------------------------------------------------------------------------------------
