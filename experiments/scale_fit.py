@@ -29,11 +29,10 @@ FIT_TARGETS = {  # Nguyen et al. Sec. V-F, DenseNet-161, 512 workers, ImageNet-1
     ("global", "allreduce_s"): 70.0, ("local", "io_s"): 8.0,
 }
 PREDICTION_BAND = (3.0, 7.0)  # ResNet-50 GS/LS at 128 workers; paper "almost 5x"
-KNEE_WORKERS = (512, 1024, 2048)
+KNEE_WORKERS = (512, 2048)
 KNEE_ITERATIONS = 10  # full iterations simulated per run (a PLS slot is a barrier of every rank)
-NOISE = {  # per-rank jitter of each FW+BW and each slot of the training thread
+NOISE = {  # per-rank jitter of each FW+BW and each slot of the training thread: none, or heavy-tailed
     "none": {"dist": "fixed", "mean": 0.0},
-    "lognormal 0.1 ms": {"dist": "lognormal", "mean": 1.0e-4, "cv": 1.0},
     "pareto 0.1 ms a=1.5": {"dist": "pareto", "mean": 1.0e-4, "shape": 1.5},
 }
 LATENCY_FACTORS = (1, 10)  # the network's per-hop latency (allreduce.alpha) as measured, and 10x: congestion
