@@ -121,11 +121,6 @@ class SharedStorage:
     client_spread: Distribution = Distribution("fixed", 1.0)
     background_load: float = 0.0
 
-    @property
-    def read_rate(self) -> float:
-        """Files per second the servers deliver at full load (inf: a service time of 0)."""
-        return self.servers / self.service.mean if self.service.mean > 0 else math.inf
-
 
 @dataclass(frozen=True)
 class Loader:
