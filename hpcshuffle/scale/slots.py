@@ -34,10 +34,10 @@ class SlotExchange:
         ranks, iterations = spec.num_ranks, simulation.traffic.iterations
         per_rank = math.ceil(spec.q * spec.num_samples / ranks) if ranks > 1 else 0
         base, extra = divmod(per_rank, iterations)
-        self.slots = [base + (iteration < extra) for iteration in range(iterations)]  # the same on every rank
+        slots = [base + (iteration < extra) for iteration in range(iterations)]  # the same on every rank
         rng = np.random.default_rng([seed, epoch, 0x51075])
         self.peers = [rng.permutation(ranks) for _ in range(per_rank)]  # slot -> the rank each rank sends to
-        self.first = np.concatenate([[0], np.cumsum(self.slots)]).tolist()  # the iteration's first slot
+        self.first = np.concatenate([[0], np.cumsum(slots)]).tolist()  # the iteration's first slot
         self.barrier_s = math.ceil(math.log2(ranks)) * platform.allreduce.alpha if ranks > 1 else 0.0
         self.bytes = int(platform.exchange.slot_bytes or simulation.sample_bytes)
         self.pending: dict[int, list] = {}  # rank -> its messages still on the wire

@@ -60,12 +60,13 @@ def validate(platform: Platform, runs: list[MeasuredRun], progress: Callable[[st
         result = results[id(run)]
         simulated = {"epoch": result.epoch_s, **result.phases()}
         loader = f" w{run.loader_workers}io{run.io_threads}" if (run.loader_workers, run.io_threads) != (0, 1) else ""
+        sample = in_sample(platform, run)
         for phase in PHASE_KEYS:
             measured = run.phases[phase]
             difference = simulated[phase] - measured
             rows.append({
                 "run": f"M{run.workers}/{run_label(run.shuffle, run.q)}{loader}", "phase": phase,
-                "in_sample": in_sample(platform, run), "measured_s": measured, "simulated_s": simulated[phase],
+                "in_sample": sample, "measured_s": measured, "simulated_s": simulated[phase],
                 "error": difference / measured if measured > 0 else None,
                 "agrees": abs(difference) <= max(TOLERANCE * measured, NEGLIGIBLE * run.phases["epoch"]),
             })
