@@ -64,7 +64,7 @@ def free_port() -> int:
 
 def flat_allreduce(model, world_size: int) -> None:
     """hpcshuffle's own non-overlapped allreduce (learner.average_gradients)."""
-    from hpcshuffle.learner import average_gradients
+    from hpcshuffle.training.learner import average_gradients
 
     average_gradients(model, world_size)
 

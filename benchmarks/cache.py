@@ -2,7 +2,7 @@
 
 The trace is what one rank reads from shared storage under global shuffling: the concatenation
 over epochs of `plan.order[rank]` of a GS plan (N samples, M ranks, batch b, seed). Each policy
-runs a cache of `cache-fraction`·⌈N/M⌉ samples over the whole trace (`hpcshuffle.cache_sim.simulate`);
+runs a cache of `cache-fraction`·⌈N/M⌉ samples over the whole trace (`hpcshuffle.storage.cache_sim.simulate`);
 a hit is a read served without shared storage. Prints a table (hits, hit ratio over the run and
 in the last epoch, seconds to simulate) and, last, `reuse-distance/LRU hit ratio: X`.
 
@@ -21,9 +21,9 @@ import time
 
 import numpy as np
 
-from hpcshuffle.cache import POLICIES
-from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec
+from hpcshuffle.storage.cache import POLICIES
+from hpcshuffle.storage.cache_sim import rank_trace, simulate
 
 
 def main() -> None:

@@ -53,9 +53,9 @@ def one_config(comm, kind: str, size: int, q: float, bytes_per_rank: int, batch:
     """One epoch's exchange and one Alltoallv of the same bytes, timed on every rank."""
     from mpi4py import MPI
 
-    from hpcshuffle.exchange import Scheduler
+    from hpcshuffle.comm.exchange import Scheduler
     from hpcshuffle.plan import PlanSpec, plan_epochs
-    from hpcshuffle.store import SampleMeta, Store
+    from hpcshuffle.storage.store import SampleMeta, Store
 
     rank, ranks = comm.Get_rank(), comm.Get_size()
     spec = PlanSpec(samples_for(size, ranks, bytes_per_rank), ranks, batch_size=batch, q=q, seed=7)

@@ -1,5 +1,5 @@
 """Loading throughput: a DataLoader reading one sample after another against the same DataLoader
-fetching each batch unordered on threads (hpcshuffle/fetch.py), from shared storage: the GlusterFS
+fetching each batch unordered on threads (hpcshuffle/storage/fetch.py), from shared storage: the GlusterFS
 mount of scripts/shared_fs.sh when it is up (or root can start it), else an emulated one.
 
 Both read the same shuffled ids of a synthetic ImageFolder through `Samples` and `make_loader`:
@@ -82,8 +82,8 @@ from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.loader import EpochOrder, Samples, make_loader
-from hpcshuffle.shared_io import START_HINT, describe, direct_io, shared_mount
+from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.storage.shared_io import START_HINT, describe, direct_io, shared_mount
 
 
 @dataclass(frozen=True)

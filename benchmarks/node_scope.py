@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.training.metrics import read_jsonl
 
 
 def train(work: Path, name: str, ranks: int, data: Path, overrides: list[str]) -> Path:

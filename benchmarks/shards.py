@@ -46,14 +46,22 @@ import sys
 from dataclasses import replace
 
 import numpy as np
-from shared_io import (Source, check_counts, make_cold, pass_table, read_options, read_pass,  # benchmarks/shared_io.py
-                       shared_dataset, steady)
+from shared_io import (  # benchmarks/shared_io.py
+    Source,
+    check_counts,
+    make_cold,
+    pass_table,
+    read_options,
+    read_pass,
+    shared_dataset,
+    steady,
+)
 
 from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.formats import webdataset
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.shared_io import START_HINT, direct_io, mount_of, shared_mount
+from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_mount
 
 
 def shard_dataset(images: Catalog, shard_samples: int, seed: int) -> webdataset.WebDatasetCatalog:

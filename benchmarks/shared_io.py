@@ -70,12 +70,12 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcshuffle.dataset import ensure_synthetic
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-from hpcshuffle.shared_io import START_HINT, direct_io, mount_of, shared_mount
-from hpcshuffle.store import Store
+from hpcshuffle.storage.dataset import ensure_synthetic
+from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_mount
+from hpcshuffle.storage.store import Store
 
 NUM_CLASSES = 10
 

@@ -37,10 +37,16 @@ from common import REPO, records, strategy_overrides
 
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
 from hpcshuffle.analysis.report import collect, find_runs
-from hpcshuffle.analysis.study import interval95, points, quality_vs_gap, study_table, summary
+from hpcshuffle.analysis.study import (
+    interval95,
+    points,
+    quality_vs_gap,
+    study_table,
+    summary,
+)
 from hpcshuffle.analysis.tune import tune_q, tune_table
-from hpcshuffle.metrics import validation_score
 from hpcshuffle.plan import with_role
+from hpcshuffle.training.metrics import validation_score
 
 # 4,096 synthetic 32×32 images of 20 close classes (class after class on disk, as an ImageFolder
 # lists them; one dataset for every seed), b = 8 per worker, a warm-up and a cosine decay so the

@@ -14,9 +14,9 @@ import argparse
 from pathlib import Path
 
 from hpcshuffle.analysis.plots import plot_curves
-from hpcshuffle.cache import POLICIES
-from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec
+from hpcshuffle.storage.cache import POLICIES
+from hpcshuffle.storage.cache_sim import rank_trace, simulate
 
 
 def main() -> None:

@@ -5,7 +5,7 @@ write a `conf/platform/` file from. Runs on the nodes (under `srun`) and prints 
         --store /tmp/DIR [--files 200] [--model small_cnn] [--image-size 32] [--batch 32] [--repeats 10]
     srun -N 2 --ntasks-per-node 1 --mpi=pmi2 python experiments/cluster_probe.py allreduce [--model small_cnn]
 
-`node` times what a training rank does, through the loader's own code (hpcshuffle.loader.Samples):
+`node` times what a training rank does, through the loader's own code (hpcshuffle.storage.loader.Samples):
 reading dataset files from shared storage as GS reads them (pages dropped after each read) and the
 CPU the node's GlusterFS client spends on them, streaming one large file from shared storage, the
 same files from a node-local store, loading them from there as a batch (read, seeded augmentation,
@@ -71,12 +71,12 @@ def write_file(path: Path, nbytes: int) -> None:
 
 
 def samples_of(root: Path, store_root: Path | None, image_size: int):
-    """The training set as a rank's loader reads it (hpcshuffle.loader.Samples): from shared storage
+    """The training set as a rank's loader reads it (hpcshuffle.storage.loader.Samples): from shared storage
     (store_root None, pages dropped after each read) or from a node-local store."""
     from hpcshuffle.formats import get_format
     from hpcshuffle.formats.codec import DatasetOptions
     from hpcshuffle.formats.imagefolder import ImageFolderCodec
-    from hpcshuffle.loader import Samples
+    from hpcshuffle.storage.loader import Samples
 
     catalog = get_format("imagefolder").scan(root, "train")
     codec = ImageFolderCodec(len(catalog.classes), DatasetOptions("flip", image_size))
@@ -103,8 +103,8 @@ def local_rates(shared, store_dir: Path, ids: list[int], image_size: int, batch:
     """From a node-local store holding `ids`: seconds per file read, and per file loaded the way a
     rank's loader loads a batch (read, seeded augmentation, decode, collate); a large node-local
     file's write and read rates."""
-    from hpcshuffle.loader import collate_skipping
-    from hpcshuffle.store import Store
+    from hpcshuffle.storage.loader import collate_skipping
+    from hpcshuffle.storage.store import Store
 
     shutil.rmtree(store_dir, ignore_errors=True)
     try:
@@ -164,9 +164,9 @@ def probe_node(args: argparse.Namespace) -> dict:
 def probe_allreduce(args: argparse.Namespace) -> dict | None:
     import torch
 
-    from hpcshuffle.learner import average_gradients
+    from hpcshuffle.comm.world import discover, init_torch_distributed
     from hpcshuffle.models import build
-    from hpcshuffle.world import discover, init_torch_distributed
+    from hpcshuffle.training.learner import average_gradients
 
     world = discover()
     init_torch_distributed(world, "gloo", timeout_s=60)

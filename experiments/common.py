@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hpcshuffle.metrics import read_jsonl
-from hpcshuffle.shared_io import SHARED_FS, shared_mount
+from hpcshuffle.storage.shared_io import SHARED_FS, shared_mount
+from hpcshuffle.training.metrics import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 

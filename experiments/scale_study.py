@@ -56,13 +56,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import yaml
-
-from scale_fit import FIT_SEEDS, KNEE_ITERATIONS, KNEE_WORKERS, fit_table, knee_setups, knee_table
+from scale_fit import (
+    FIT_SEEDS,
+    KNEE_ITERATIONS,
+    KNEE_WORKERS,
+    fit_table,
+    knee_setups,
+    knee_table,
+)
 
 from hpcshuffle.analysis.plots import PHASE_LABELS, new_figure, save
 from hpcshuffle.plan import run_label
 from hpcshuffle.scale.engine import PHASES, Result, Scenario, check_scenario, simulate
-from hpcshuffle.scale.platform import Model, Platform, platform_from_dict, platform_path, with_values
+from hpcshuffle.scale.platform import (
+    Model,
+    Platform,
+    platform_from_dict,
+    platform_path,
+    with_values,
+)
 
 NGUYEN_WORKERS = [16, 32, 64, 128, 256, 512, 1024, 2048]
 FIG10_WORKERS = 512

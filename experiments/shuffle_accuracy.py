@@ -23,7 +23,7 @@ from pathlib import Path
 from common import strategy_overrides, train
 
 from hpcshuffle.analysis.plots import plot_curves
-from hpcshuffle.metrics import validation_score
+from hpcshuffle.training.metrics import validation_score
 
 # a learnable dataset small enough that 64 workers hold 64 images each, 20 close classes
 DEFAULT_OVERRIDES = ["dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",

@@ -26,29 +26,49 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from hpcshuffle import chaos
 from hpcshuffle.analysis.quality import PairMixing
-from hpcshuffle.checkpoint import (
-    EXIT_CODE_FILE, PEER_LOST_EXIT_CODE, PREEMPT_EXIT_CODE, Checkpointer, Preempted, Preemption, RankState,
+from hpcshuffle.comm import chaos
+from hpcshuffle.comm.exchange import ExchangeError
+from hpcshuffle.comm.peers import Peers
+from hpcshuffle.comm.world import (
+    World,
+    check_same,
+    config_digest,
+    discover,
+    init_torch_distributed,
+    node_size,
+    on_all,
 )
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.datapath import RunContext, build_data_path
 from hpcshuffle.datapath.virtual import virtual_workers
-from hpcshuffle.dataset import prepare_dataset
 from hpcshuffle.errors import ConfigError, PeerLost
-from hpcshuffle.exchange import ExchangeError
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError, ShardedCatalog
-from hpcshuffle.learner import Learner, pick_device
-from hpcshuffle.loader import EpochOrder, Samples, make_loader
-from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, append_jsonl, reduce_epoch, table_row
-from hpcshuffle.optim import learning_rate
-from hpcshuffle.peers import Peers
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
-from hpcshuffle.shared_io import describe
-from hpcshuffle.sinks import WandbSink
-from hpcshuffle.store import StoreError
-from hpcshuffle.world import World, check_same, config_digest, discover, init_torch_distributed, node_size, on_all
+from hpcshuffle.storage.dataset import prepare_dataset
+from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.storage.shared_io import describe
+from hpcshuffle.storage.store import StoreError
+from hpcshuffle.training.checkpoint import (
+    EXIT_CODE_FILE,
+    PEER_LOST_EXIT_CODE,
+    PREEMPT_EXIT_CODE,
+    Checkpointer,
+    Preempted,
+    Preemption,
+    RankState,
+)
+from hpcshuffle.training.learner import Learner, pick_device
+from hpcshuffle.training.metrics import (
+    TABLE_HEADER,
+    RankEpoch,
+    append_jsonl,
+    reduce_epoch,
+    table_row,
+)
+from hpcshuffle.training.optim import learning_rate
+from hpcshuffle.training.sinks import WandbSink
 
 RUN_ID_VARIABLE = "HPCSHUFFLE_RUN_ID"
 # `${run_id:}` in conf/config.yaml: the launching process's time, shared by every rank and job

@@ -10,7 +10,13 @@ from __future__ import annotations
 from pathlib import Path
 
 from hpcshuffle.analysis.imbalance import ImbalanceResult
-from hpcshuffle.analysis.model import METHODS, EpochPrediction, ModelParams, crossover_nodes, sample_io_time_s
+from hpcshuffle.analysis.model import (
+    METHODS,
+    EpochPrediction,
+    ModelParams,
+    crossover_nodes,
+    sample_io_time_s,
+)
 
 METHOD_LABELS = {"regular": "regular (PFS)", "cache": "distributed cache (7)", "locality": "locality-aware (8)"}
 PHASE_LABELS = {"io": "I/O", "exchange": "exchange", "fwbw": "FW+BW", "allreduce": "GE+WU (allreduce)"}

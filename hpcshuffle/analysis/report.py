@@ -11,8 +11,14 @@ from pathlib import Path
 
 import yaml
 
-from hpcshuffle.metrics import PHASES, read_jsonl, record_util, validation_score
-from hpcshuffle.plan import run_label as strategy_label, with_role
+from hpcshuffle.plan import run_label as strategy_label
+from hpcshuffle.plan import with_role
+from hpcshuffle.training.metrics import (
+    PHASES,
+    read_jsonl,
+    record_util,
+    validation_score,
+)
 
 
 def steady_means(records: list[dict], skip_first: bool) -> dict[str, float | None]:

@@ -5,9 +5,20 @@ from __future__ import annotations
 import argparse
 import sys
 
-from hpcshuffle.cli import imbalance, model, pack, plan, report, scale, stage, synth, train, tune_q
+from hpcshuffle.cli import (
+    imbalance,
+    model,
+    pack,
+    plan,
+    report,
+    scale,
+    stage,
+    synth,
+    train,
+    tune_q,
+)
 from hpcshuffle.cli.train import simulate_argv
-from hpcshuffle.store import StoreError
+from hpcshuffle.storage.store import StoreError
 
 # in the order `hpcshuffle --help` lists them; each adds its sub-parsers with `run` set to its function
 COMMANDS = (plan, synth, pack, stage, train, report, tune_q, imbalance, model, scale)

@@ -7,7 +7,14 @@ import json
 
 import numpy as np
 
-from hpcshuffle.plan import PARTITIONS, STRATEGIES, EpochPlan, PlanSpec, get_strategy, plan_epochs
+from hpcshuffle.plan import (
+    PARTITIONS,
+    STRATEGIES,
+    EpochPlan,
+    PlanSpec,
+    get_strategy,
+    plan_epochs,
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:

@@ -22,8 +22,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
-    from hpcshuffle.analysis.report import breakdown_table, collect, curve_tables, write_plots
-    from hpcshuffle.metrics import read_jsonl
+    from hpcshuffle.analysis.report import (
+        breakdown_table,
+        collect,
+        curve_tables,
+        write_plots,
+    )
+    from hpcshuffle.training.metrics import read_jsonl
 
     run_dirs = expand_runs(args.run_dirs)
     named = {Path(d) for d in args.run_dirs}

@@ -11,7 +11,12 @@ from pathlib import Path
 import yaml
 
 from hpcshuffle.scale.calibrate import (
-    fit_platform, gradient_bytes_of, mean_file_bytes, measured_storage, ping_pong, read_runs,
+    fit_platform,
+    gradient_bytes_of,
+    mean_file_bytes,
+    measured_storage,
+    ping_pong,
+    read_runs,
 )
 from hpcshuffle.scale.platform import load_platform, platform_from_dict
 from hpcshuffle.scale.validate import validate, validation_table

@@ -9,7 +9,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpcshuffle.scale.platform import Platform
-from hpcshuffle.scale.sensitivity import plot_tornado, sensitivity, sensitivity_json, sensitivity_table
+from hpcshuffle.scale.sensitivity import (
+    plot_tornado,
+    sensitivity,
+    sensitivity_json,
+    sensitivity_table,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

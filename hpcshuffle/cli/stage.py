@@ -8,7 +8,15 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
-from hpcshuffle.plan import HOME_SHARED, PARTITIONS, STRATEGIES, PlanSpec, Strategy, get_strategy, plan_epochs
+from hpcshuffle.plan import (
+    HOME_SHARED,
+    PARTITIONS,
+    STRATEGIES,
+    PlanSpec,
+    Strategy,
+    get_strategy,
+    plan_epochs,
+)
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -41,10 +49,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 def cmd_stage(args: argparse.Namespace) -> None:
     """Stage what each rank holds at epoch 0: one rank per MPI process, or several ranks of one node
     from a single process (taken to be that node's, in local-rank order)."""
+    from hpcshuffle.comm.world import discover, on_root
     from hpcshuffle.formats import get_format
-    from hpcshuffle.stage import stage_stores
-    from hpcshuffle.store import Store, rank_dir
-    from hpcshuffle.world import discover, on_root
+    from hpcshuffle.storage.stage import stage_stores
+    from hpcshuffle.storage.store import Store, rank_dir
 
     strategy = get_strategy(args.shuffle)
     q = strategy.q_for(args.q)
@@ -78,7 +86,7 @@ def stage_targets(
     """What each of `ranks` (consecutive local ranks from `first_local_rank` of a node of
     `local_size`) holds at epoch 0: its share of the node's replica where the strategy reads
     shared storage, else its partition in the epoch-0 plan."""
-    from hpcshuffle.stage import replica_ids
+    from hpcshuffle.storage.stage import replica_ids
 
     if strategy.home == HOME_SHARED:
         return [replica_ids(spec.num_samples, first_local_rank + index, local_size) for index in range(len(ranks))]

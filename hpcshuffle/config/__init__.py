@@ -16,12 +16,21 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from hpcshuffle.config.groups import (
-    CacheConfig, CheckpointConfig, DatasetConfig, LoaderConfig, LoggerConfig, LossConfig, ModelConfig,
-    ShuffleConfig, StorageConfig, WorldConfig, at_least,
+    CacheConfig,
+    CheckpointConfig,
+    DatasetConfig,
+    LoaderConfig,
+    LoggerConfig,
+    LossConfig,
+    ModelConfig,
+    ShuffleConfig,
+    StorageConfig,
+    WorldConfig,
+    at_least,
 )
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.optim import OptimConfig
 from hpcshuffle.plan import HOME_SHARED, STRATEGIES, Strategy
+from hpcshuffle.training.optim import OptimConfig
 
 PRECISIONS = ("fp32", "bf16")
 

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcshuffle.cache import POLICIES
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.plan import PARTITIONS, STRATEGIES, Strategy, get_strategy
-from hpcshuffle.shared_io import SHARED_READS, UNCACHED
+from hpcshuffle.storage.cache import POLICIES
+from hpcshuffle.storage.shared_io import SHARED_READS, UNCACHED
 
 SCOPES = ("auto", "node", "rank")
 UNITS = ("sample", "shard")

@@ -9,15 +9,15 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcshuffle.comm.world import World, agree
 from hpcshuffle.config import RunConfig
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import Codec
-from hpcshuffle.loader import EpochOrder, Locator, Samples, make_loader
-from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan, PlanSpec
-from hpcshuffle.stage import stage_stores
-from hpcshuffle.store import Store, StoreError, atomic_write, rank_dir
-from hpcshuffle.world import World, agree
+from hpcshuffle.storage.loader import EpochOrder, Locator, Samples, make_loader
+from hpcshuffle.storage.stage import stage_stores
+from hpcshuffle.storage.store import Store, StoreError, atomic_write, rank_dir
+from hpcshuffle.training.metrics import RankEpoch
 
 
 @dataclass(frozen=True)

@@ -3,11 +3,11 @@ for the next epoch (the Fig. 3 scheduler, exchange.py), overlapped with forward/
 
 from __future__ import annotations
 
+from hpcshuffle.comm.exchange import Scheduler
 from hpcshuffle.datapath.base import RunContext
 from hpcshuffle.datapath.store import StorePath
-from hpcshuffle.exchange import Scheduler
-from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan
+from hpcshuffle.training.metrics import RankEpoch
 
 
 class ExchangePath(StorePath):

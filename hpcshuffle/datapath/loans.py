@@ -4,11 +4,11 @@ With storage.scope=node a rank reads its node's stores, and only nodes lend to e
 
 from __future__ import annotations
 
+from hpcshuffle.comm.loans import Lender
 from hpcshuffle.datapath.base import RunContext
 from hpcshuffle.datapath.store import StorePath
-from hpcshuffle.loans import Lender
-from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE, EpochPlan
+from hpcshuffle.training.metrics import RankEpoch
 
 
 class LoanPath(StorePath):

@@ -3,12 +3,18 @@
 
 from __future__ import annotations
 
-from hpcshuffle.datapath.base import DataPath, RunContext, check_node_shares, open_store, rank_store_dir
-from hpcshuffle.metrics import RankEpoch
-from hpcshuffle.node_cache import PlannedCache
+from hpcshuffle.comm.world import on_all
+from hpcshuffle.datapath.base import (
+    DataPath,
+    RunContext,
+    check_node_shares,
+    open_store,
+    rank_store_dir,
+)
 from hpcshuffle.plan import EpochPlan
-from hpcshuffle.stage import replica_ids
-from hpcshuffle.world import on_all
+from hpcshuffle.storage.node_cache import PlannedCache
+from hpcshuffle.storage.stage import replica_ids
+from hpcshuffle.training.metrics import RankEpoch
 
 
 class SharedPath(DataPath):

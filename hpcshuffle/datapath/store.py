@@ -6,10 +6,16 @@ from all the node's stores, reading its peers' stores as its own.
 
 from __future__ import annotations
 
-from hpcshuffle.datapath.base import DataPath, RunContext, check_node_shares, open_store, rank_store_dir
-from hpcshuffle.metrics import RankEpoch
+from hpcshuffle.datapath.base import (
+    DataPath,
+    RunContext,
+    check_node_shares,
+    open_store,
+    rank_store_dir,
+)
 from hpcshuffle.plan import EpochPlan
-from hpcshuffle.store import StoreError
+from hpcshuffle.storage.store import StoreError
+from hpcshuffle.training.metrics import RankEpoch
 
 
 class StorePath(DataPath):

@@ -4,13 +4,13 @@ It records the samples the M workers would send each other, counted from the pla
 
 from __future__ import annotations
 
+from hpcshuffle.comm.world import World
 from hpcshuffle.config import RunConfig
 from hpcshuffle.datapath.base import DataPath, RunContext
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.metrics import RankEpoch
 from hpcshuffle.plan import EpochPlan
-from hpcshuffle.simulate import split_by_worker, virtual_order
-from hpcshuffle.world import World
+from hpcshuffle.training.metrics import RankEpoch
+from hpcshuffle.training.simulate import split_by_worker, virtual_order
 
 
 def virtual_workers(config: RunConfig, world: World) -> int:

@@ -6,7 +6,14 @@ and `hpcshuffle synth` use to the formats; adding one means a module and an entr
 
 from __future__ import annotations
 
-from hpcshuffle.formats import cifar, deepcam, imagefolder, memory, packed_h5, webdataset
+from hpcshuffle.formats import (
+    cifar,
+    deepcam,
+    imagefolder,
+    memory,
+    packed_h5,
+    webdataset,
+)
 from hpcshuffle.formats.codec import DatasetFormat
 
 FORMATS: dict[str, DatasetFormat] = {

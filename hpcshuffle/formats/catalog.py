@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from hpcshuffle.store import SampleMeta, drop_cached, read_chunks
+from hpcshuffle.storage.store import SampleMeta, drop_cached, read_chunks
 
 
 class DatasetError(ValueError):

@@ -25,7 +25,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
-from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile, changed_since_listing
+from hpcshuffle.formats.catalog import (
+    Catalog,
+    DatasetError,
+    SourceFile,
+    changed_since_listing,
+)
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
 from hpcshuffle.formats.synthetic import class_image
 

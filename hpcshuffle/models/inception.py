@@ -14,7 +14,14 @@ from functools import partial
 import torch
 from torch import nn
 
-from hpcshuffle.models.options import Scale, boolean, positive_float, positive_int, probability, scaled
+from hpcshuffle.models.options import (
+    Scale,
+    boolean,
+    positive_float,
+    positive_int,
+    probability,
+    scaled,
+)
 
 # smallest side each stem survives: 75 -> 37 -> 35 -> 35 -> 17 -> 15 -> 7 (stem), 3 (reduction A), 1 (reduction B)
 MIN_INPUT_SIZE = {False: 75, True: 7}

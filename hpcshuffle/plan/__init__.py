@@ -12,12 +12,29 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from hpcshuffle.plan.common import (
-    FROM_LOAN, FROM_SHARED, FROM_STORE, PARTITIONS, EpochPlan, Exchange, Loans, PlanSpec, initial_partition,
+    FROM_LOAN,
+    FROM_SHARED,
+    FROM_STORE,
+    PARTITIONS,
+    EpochPlan,
+    Exchange,
+    Loans,
+    PlanSpec,
+    initial_partition,
 )
 from hpcshuffle.plan.partial import moves_per_rank
 from hpcshuffle.plan.strategies import (
-    HOME_SHARED, HOME_STORE, PATH_EXCHANGE, PATH_LOANS, PATH_SHARED, PATH_STORE, STRATEGIES, Strategy,
-    get_strategy, run_label, with_role,
+    HOME_SHARED,
+    HOME_STORE,
+    PATH_EXCHANGE,
+    PATH_LOANS,
+    PATH_SHARED,
+    PATH_STORE,
+    STRATEGIES,
+    Strategy,
+    get_strategy,
+    run_label,
+    with_role,
 )
 
 

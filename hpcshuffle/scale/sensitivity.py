@@ -23,8 +23,8 @@ from typing import Any
 
 from hpcshuffle.plan import get_strategy
 from hpcshuffle.scale.engine import Result, Scenario, check_scenario, simulate
-from hpcshuffle.scale.recommend import simulate_each
 from hpcshuffle.scale.platform import Platform, PlatformError, with_values
+from hpcshuffle.scale.recommend import simulate_each
 
 ENDS = ("low", "high")
 SHUFFLES = ("global", "local", "partial")  # GS, LS, PLS

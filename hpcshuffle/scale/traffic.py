@@ -12,7 +12,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcshuffle.plan import FROM_SHARED, FROM_STORE, EpochPlan, PlanSpec, get_strategy, plan_epochs
+from hpcshuffle.plan import (
+    FROM_SHARED,
+    FROM_STORE,
+    EpochPlan,
+    PlanSpec,
+    get_strategy,
+    plan_epochs,
+)
 
 
 @dataclass(frozen=True)

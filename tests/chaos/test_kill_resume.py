@@ -1,7 +1,7 @@
 """A rank SIGKILLed anywhere in an epoch, then the job restarted: nothing lost, training continues.
 
 Each case kills one rank of a 4-rank PLS run during epoch 1 (HPCSHUFFLE_CHAOS_KILL, see
-hpcshuffle/chaos.py), after one exchange has changed the partition, checks that every sample is
+hpcshuffle/comm/chaos.py), after one exchange has changed the partition, checks that every sample is
 still in some store, restarts the same command, and compares the audit and the loss curve with
 an uninterrupted run's (the shared `trained` run that tests/mpi/test_train_audit.py also checks).
 One case does the same with the ranks pretending to be 2 nodes × 2 ranks (storage.scope=node),
@@ -21,13 +21,22 @@ import time
 import numpy as np
 import pytest
 
-from hpcshuffle.chaos import ENV
-from hpcshuffle.checkpoint import PREEMPT_EXIT_CODE
-from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.comm.chaos import ENV
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.store import Store
+from hpcshuffle.storage.store import Store
+from hpcshuffle.training.checkpoint import PREEMPT_EXIT_CODE
+from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import (
-    BATCH, EPOCHS, REPO, SMALL_SAMPLES, SMALL_SHARD, audit_by_epoch, dead_pack_bytes, mpi_env, run_mpi, train_args,
+    BATCH,
+    EPOCHS,
+    REPO,
+    SMALL_SAMPLES,
+    SMALL_SHARD,
+    audit_by_epoch,
+    dead_pack_bytes,
+    mpi_env,
+    run_mpi,
+    train_args,
 )
 
 pytestmark = pytest.mark.chaos

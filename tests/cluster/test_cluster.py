@@ -16,10 +16,10 @@ import time
 
 import pytest
 
-from hpcshuffle.chaos import STOP_ENV
-from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.comm.chaos import STOP_ENV
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.store import Store, rank_dir
+from hpcshuffle.storage.store import Store, rank_dir
+from hpcshuffle.training.metrics import read_jsonl
 from tests.cluster.conftest import NODES, cluster_sh
 from tests.conftest import audit_by_epoch
 

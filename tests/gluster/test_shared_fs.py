@@ -8,7 +8,7 @@ import uuid
 
 import pytest
 
-from hpcshuffle.shared_io import mount_of
+from hpcshuffle.storage.shared_io import mount_of
 from tests.conftest import REPO, shared_fs_script
 
 pytestmark = pytest.mark.gluster

@@ -18,11 +18,19 @@ import pytest
 
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.shared_io import direct_io
+from hpcshuffle.storage.shared_io import direct_io
+from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import (
-    BATCH, REPO, SHORT_EPOCHS, SMALL_SAMPLES, audit_by_epoch, mpi_env, run_mpi, shared_fs_script, train_args,
+    BATCH,
+    REPO,
+    SHORT_EPOCHS,
+    SMALL_SAMPLES,
+    audit_by_epoch,
+    mpi_env,
+    run_mpi,
+    shared_fs_script,
+    train_args,
 )
 from tests.unit.test_shared_io import durable, resident_pages
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import numpy as np
 from mpi4py import MPI
 
-from hpcshuffle.exchange import Scheduler
-from hpcshuffle.loans import Lender
+from hpcshuffle.comm.exchange import Scheduler
+from hpcshuffle.comm.loans import Lender
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
-from hpcshuffle.store import SampleMeta, Store
+from hpcshuffle.storage.store import SampleMeta, Store
 
 AHEAD_STEPS = 2
 

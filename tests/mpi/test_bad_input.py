@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import run_mpi, train_args
 
 pytestmark = pytest.mark.mpi

@@ -28,7 +28,7 @@ def test_transfers_match_plan_byte_for_byte(tmp_path, shuffle, ranks, max_messag
 BARRIER_PROBE = """
 import time
 from mpi4py import MPI
-from hpcshuffle.transport import Transport
+from hpcshuffle.comm.transport import Transport
 delivered = []
 transport = Transport(MPI.COMM_WORLD, 5, lambda source, header, payload: delivered.append(source), timeout_s=30)
 if transport.rank == 1:

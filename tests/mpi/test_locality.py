@@ -11,9 +11,9 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from hpcshuffle.chaos import ENV
-from hpcshuffle.metrics import read_jsonl
+from hpcshuffle.comm.chaos import ENV
 from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args
 
 pytestmark = pytest.mark.mpi

@@ -11,9 +11,17 @@ import sys
 
 import pytest
 
-from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from tests.conftest import BATCH, EPOCHS, SHORT_EPOCHS, SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args
+from hpcshuffle.training.metrics import read_jsonl
+from tests.conftest import (
+    BATCH,
+    EPOCHS,
+    SHORT_EPOCHS,
+    SMALL_SAMPLES,
+    audit_by_epoch,
+    run_mpi,
+    train_args,
+)
 from tests.mpi.test_bad_input import fails_with
 
 pytestmark = pytest.mark.mpi
@@ -85,7 +93,7 @@ def test_node_store_on_a_path_the_nodes_ranks_do_not_share_is_named(small_datase
 @pytest.mark.parametrize("scope", ["rank", "node"])
 def test_store_in_use_by_another_job(small_dataset, tmp_path, scope):
     """Two concurrent jobs must not share a store directory: the second is refused, the first is untouched."""
-    from hpcshuffle.store import Store
+    from hpcshuffle.storage.store import Store
 
     with Store(tmp_path / "store" / "rank00001"):
         args = train_args(small_dataset, tmp_path / "run", tmp_path / "store", "shuffle=local",

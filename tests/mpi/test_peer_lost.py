@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.chaos import STOP_ENV
-from hpcshuffle.checkpoint import PEER_LOST_EXIT_CODE
-from hpcshuffle.peers import GRACE_S
+from hpcshuffle.comm.chaos import STOP_ENV
+from hpcshuffle.comm.peers import GRACE_S
+from hpcshuffle.training.checkpoint import PEER_LOST_EXIT_CODE
 from tests.conftest import REPO, mpi_env, train_args
 
 pytestmark = pytest.mark.mpi

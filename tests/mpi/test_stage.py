@@ -13,9 +13,9 @@ import pytest
 
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.metrics import read_jsonl
 from hpcshuffle.plan import PlanSpec, initial_partition, plan_epochs
-from hpcshuffle.store import Store, rank_dir
+from hpcshuffle.storage.store import Store, rank_dir
+from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import REPO, SHORT_EPOCHS, mpi_env, run_mpi, train_args
 
 pytestmark = pytest.mark.mpi

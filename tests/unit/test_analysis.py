@@ -8,11 +8,26 @@ import numpy as np
 import pytest
 
 from hpcshuffle.analysis.imbalance import (
-    BATCHES_PER_EPOCH, batch_counts, cache_directory, imbalance_pct, simulate, sweep, transfer_counts,
+    BATCHES_PER_EPOCH,
+    batch_counts,
+    cache_directory,
+    imbalance_pct,
+    simulate,
+    sweep,
+    transfer_counts,
 )
 from hpcshuffle.analysis.model import (
-    ModelParams, cache_io_time_s, crossover_nodes, loading_time_s, locality_io_time_s, predict,
-    preprocessing_time_s, sample_io_time_s, simulated_balance_fraction, training_time_s, true_cost_s,
+    ModelParams,
+    cache_io_time_s,
+    crossover_nodes,
+    loading_time_s,
+    locality_io_time_s,
+    predict,
+    preprocessing_time_s,
+    sample_io_time_s,
+    simulated_balance_fraction,
+    training_time_s,
+    true_cost_s,
 )
 from hpcshuffle.cli import main
 

@@ -11,9 +11,9 @@ from functools import lru_cache
 import numpy as np
 import pytest
 
-from hpcshuffle.cache import POLICIES, Future, next_use
-from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.storage.cache import POLICIES, Future, next_use
+from hpcshuffle.storage.cache_sim import rank_trace, simulate
 
 POLICY_NAMES = sorted(POLICIES)
 

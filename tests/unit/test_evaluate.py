@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from hpcshuffle.evaluate import Scores
+from hpcshuffle.training.evaluate import Scores
 
 
 def test_top1_and_top5_accuracy():

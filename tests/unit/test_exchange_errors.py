@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcshuffle.exchange import ExchangeError, Scheduler
+from hpcshuffle.comm.exchange import ExchangeError, Scheduler
 from hpcshuffle.plan import Exchange
-from hpcshuffle.store import SampleMeta, Store, StoreError
+from hpcshuffle.storage.store import SampleMeta, Store, StoreError
 
 BIG_SAMPLE_BYTES = 5000
 

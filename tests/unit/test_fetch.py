@@ -11,12 +11,12 @@ import time
 import pytest
 import torch
 
-from hpcshuffle.fetch import BatchFetcher
 from hpcshuffle.formats.catalog import DatasetError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.storage.fetch import BatchFetcher
+from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
 
 NUM_SAMPLES = 24
 
@@ -96,7 +96,7 @@ def test_a_read_error_keeps_its_type_and_names_the_key():
 
     with BatchFetcher(read, tag, io_threads=3) as fetcher, pytest.raises(FileNotFoundError, match="b.jpg") as failure:
         fetcher.fetch(["a.jpg", "b.jpg", "c.jpg"])
-    assert failure.value.__notes__ == ["hpcshuffle.fetch: read of key 'b.jpg' failed"]
+    assert failure.value.__notes__ == ["hpcshuffle.storage.fetch: read of key 'b.jpg' failed"]
 
 
 def test_a_missing_file_fails_by_name(catalog):

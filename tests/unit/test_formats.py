@@ -19,8 +19,8 @@ from hpcshuffle.cli import main
 from hpcshuffle.formats import FORMATS, cifar, deepcam, get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import DatasetOptions, SampleError
-from hpcshuffle.stage import assess, execute
-from hpcshuffle.store import Store
+from hpcshuffle.storage.stage import assess, execute
+from hpcshuffle.storage.store import Store
 
 # tiny datasets: (format, synthesize spec, training / validation samples, classes)
 SPECS = {

@@ -22,8 +22,8 @@ from hpcshuffle.cli import main
 from hpcshuffle.formats import deepcam, imagefolder, packed_h5, webdataset
 from hpcshuffle.formats.catalog import DatasetError
 from hpcshuffle.formats.codec import DatasetOptions
-from hpcshuffle.stage import assess, execute
-from hpcshuffle.store import Store
+from hpcshuffle.storage.stage import assess, execute
+from hpcshuffle.storage.store import Store
 
 HEIGHT, WIDTH = 32, 48
 

@@ -9,7 +9,7 @@ from hpcshuffle.formats.catalog import DatasetError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
 
 
 @pytest.fixture

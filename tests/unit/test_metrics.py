@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from hpcshuffle.metrics import TABLE_HEADER, RankEpoch, record_util, reduce_epoch, table_row, utilisation
+from hpcshuffle.training.metrics import (
+    TABLE_HEADER,
+    RankEpoch,
+    record_util,
+    reduce_epoch,
+    table_row,
+    utilisation,
+)
 
 
 def rank(fwbw: float, allreduce: float, epoch: float) -> RankEpoch:

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
-from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.loader import SampleKey, Samples
-from hpcshuffle.node_cache import NOT_CACHED, PlannedCache, cache_file
 from hpcshuffle.plan import PlanSpec
+from hpcshuffle.storage.cache_sim import rank_trace, simulate
+from hpcshuffle.storage.loader import SampleKey, Samples
+from hpcshuffle.storage.node_cache import NOT_CACHED, PlannedCache, cache_file
 
 SPEC = PlanSpec(num_samples=230, num_ranks=3, batch_size=8, seed=5)
 EPOCHS = 4

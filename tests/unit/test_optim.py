@@ -8,7 +8,14 @@ import pytest
 import torch
 from torch import nn
 
-from hpcshuffle.optim import LAMB, LARS, OptimConfig, build_optimizer, learning_rate, trust_ratio
+from hpcshuffle.training.optim import (
+    LAMB,
+    LARS,
+    OptimConfig,
+    build_optimizer,
+    learning_rate,
+    trust_ratio,
+)
 
 
 def test_goyal_linear_scaling_warmup_and_steps():

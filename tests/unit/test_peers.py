@@ -6,20 +6,19 @@ a rank of a real 3-rank run.
 
 from __future__ import annotations
 
-import time
-
 import signal
+import time
 
 import pytest
 from mpi4py import MPI
 
-from hpcshuffle import chaos
-from hpcshuffle.checkpoint import PEER_LOST_EXIT_CODE
+from hpcshuffle.comm import chaos
+from hpcshuffle.comm.peers import Peers, ranks_text, roll_call, silent_peer
+from hpcshuffle.comm.transport import ExchangeStalled
+from hpcshuffle.comm.world import World
 from hpcshuffle.errors import ConfigError, PeerLost
-from hpcshuffle.peers import Peers, ranks_text, roll_call, silent_peer
 from hpcshuffle.train import fail
-from hpcshuffle.transport import ExchangeStalled
-from hpcshuffle.world import World
+from hpcshuffle.training.checkpoint import PEER_LOST_EXIT_CODE
 
 # what gloo raised here: a frozen peer (world.timeout_s=8), then a killed one
 GLOO_TIMEOUT = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "

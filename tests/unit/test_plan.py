@@ -7,7 +7,13 @@ import math
 import numpy as np
 import pytest
 
-from hpcshuffle.plan import PlanSpec, get_strategy, initial_partition, moves_per_rank, plan_epochs
+from hpcshuffle.plan import (
+    PlanSpec,
+    get_strategy,
+    initial_partition,
+    moves_per_rank,
+    plan_epochs,
+)
 from hpcshuffle.plan.common import pad_to
 
 

@@ -9,11 +9,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE, PlanSpec, plan_epochs
 from hpcshuffle.plan.balance import balance
 from hpcshuffle.plan.common import initial_partition
 from hpcshuffle.plan.global_ import plan_global
-from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE
 from hpcshuffle.plan.locality import plan_locality
 
 SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -19,8 +19,21 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hpcshuffle.plan import (
-    FROM_LOAN, FROM_SHARED, FROM_STORE, HOME_SHARED, HOME_STORE, PATH_EXCHANGE, PATH_LOANS, STRATEGIES, EpochPlan,
-    Exchange, Loans, PlanSpec, Strategy, moves_per_rank, plan_epochs,
+    FROM_LOAN,
+    FROM_SHARED,
+    FROM_STORE,
+    HOME_SHARED,
+    HOME_STORE,
+    PATH_EXCHANGE,
+    PATH_LOANS,
+    STRATEGIES,
+    EpochPlan,
+    Exchange,
+    Loans,
+    PlanSpec,
+    Strategy,
+    moves_per_rank,
+    plan_epochs,
 )
 
 EPOCHS = 3

@@ -10,7 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.analysis.report import breakdown_table, collect, curve_tables, load_runs, write_summary_csv
+from hpcshuffle.analysis.report import (
+    breakdown_table,
+    collect,
+    curve_tables,
+    load_runs,
+    write_summary_csv,
+)
 from hpcshuffle.cli import main
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"

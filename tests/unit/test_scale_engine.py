@@ -18,10 +18,22 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcshuffle.plan import HOME_SHARED, PATH_EXCHANGE, PATH_LOANS, PATH_SHARED, PATH_STORE, STRATEGIES
+from hpcshuffle.plan import (
+    HOME_SHARED,
+    PATH_EXCHANGE,
+    PATH_LOANS,
+    PATH_SHARED,
+    PATH_STORE,
+    STRATEGIES,
+)
 from hpcshuffle.scale import engine
 from hpcshuffle.scale.engine import PHASES, Result, Scenario, result_row, simulate
-from hpcshuffle.scale.platform import Platform, PlatformError, load_platform, platform_from_dict
+from hpcshuffle.scale.platform import (
+    Platform,
+    PlatformError,
+    load_platform,
+    platform_from_dict,
+)
 from hpcshuffle.scale.recommend import affordable_q, recommendation_table, simulate_all
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"

@@ -12,7 +12,14 @@ import pytest
 import yaml
 
 from hpcshuffle.scale.platform import (
-    PLATFORM_DIR, Allreduce, Distribution, Network, Platform, PlatformError, load_platform, platform_from_dict,
+    PLATFORM_DIR,
+    Allreduce,
+    Distribution,
+    Network,
+    Platform,
+    PlatformError,
+    load_platform,
+    platform_from_dict,
 )
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"

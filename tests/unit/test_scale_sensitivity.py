@@ -18,7 +18,13 @@ from hpcshuffle.scale import sensitivity as sens
 from hpcshuffle.scale.engine import Result
 from hpcshuffle.scale.platform import Platform, PlatformError, platform_from_dict
 from hpcshuffle.scale.sensitivity import (
-    RangeError, knob_ranges, knob_variant, plot_tornado, sensitivity, sensitivity_json, sensitivity_table,
+    RangeError,
+    knob_ranges,
+    knob_variant,
+    plot_tornado,
+    sensitivity,
+    sensitivity_json,
+    sensitivity_table,
 )
 from tests.conftest import cli_error
 

@@ -12,8 +12,18 @@ import numpy as np
 import pytest
 
 from hpcshuffle.plan import (
-    FROM_LOAN, FROM_SHARED, FROM_STORE, HOME_SHARED, PATH_EXCHANGE, PATH_LOANS, PATH_SHARED, PATH_STORE, STRATEGIES,
-    PlanSpec, Strategy, plan_epochs,
+    FROM_LOAN,
+    FROM_SHARED,
+    FROM_STORE,
+    HOME_SHARED,
+    PATH_EXCHANGE,
+    PATH_LOANS,
+    PATH_SHARED,
+    PATH_STORE,
+    STRATEGIES,
+    PlanSpec,
+    Strategy,
+    plan_epochs,
 )
 from hpcshuffle.scale.traffic import Transfers, epoch_traffic, traffic_of
 

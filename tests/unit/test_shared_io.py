@@ -15,9 +15,16 @@ from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.loader import Samples
-from hpcshuffle.shared_io import (
-    SharedStorageError, check_shared_dir, describe, direct_io, estimated_bytes, mount_of, warnings_for, why_gone,
+from hpcshuffle.storage.loader import Samples
+from hpcshuffle.storage.shared_io import (
+    SharedStorageError,
+    check_shared_dir,
+    describe,
+    direct_io,
+    estimated_bytes,
+    mount_of,
+    warnings_for,
+    why_gone,
 )
 
 GIB = 2**30

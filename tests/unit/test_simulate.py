@@ -10,7 +10,7 @@ from torch import nn
 from hpcshuffle.cli import main, simulate_argv
 from hpcshuffle.models import build
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.simulate import (
+from hpcshuffle.training.simulate import (
     GhostBatchNorm,
     WorkerMeanLoss,
     fold_running_stats,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpcshuffle.sinks import flatten
+from hpcshuffle.training.sinks import flatten
 
 
 def test_wandb_keys_are_flat_paths():
@@ -13,7 +13,7 @@ def test_wandb_keys_are_flat_paths():
 def test_wandb_sink_logs_utilisation_min_mean_max(tmp_path, monkeypatch):
     import wandb
 
-    from hpcshuffle.sinks import WandbSink
+    from hpcshuffle.training.sinks import WandbSink
 
     logged = []
 
@@ -31,7 +31,7 @@ def test_wandb_sink_writes_offline_and_never_fails_a_run(tmp_path, monkeypatch, 
 
     import wandb
 
-    from hpcshuffle.sinks import WandbSink
+    from hpcshuffle.training.sinks import WandbSink
 
     monkeypatch.delenv("WANDB_MODE", raising=False)
     settings = {"shuffle": {"name": "local", "q": 0.0}, "epochs": 1, "workers": 2}

@@ -11,19 +11,26 @@ import h5py
 import numpy as np
 import pytest
 
-from hpcshuffle import store as store_module
 from hpcshuffle.cli import main
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats import deepcam
-from hpcshuffle.formats.catalog import Catalog
+from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.formats.catalog import DatasetError
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.stage import (
-    NodeDemand, StageReport, assess, check_capacity, demand, execute, peer_moves, replica_ids, require_staged,
+from hpcshuffle.storage import store as store_module
+from hpcshuffle.storage.stage import (
+    NodeDemand,
+    StageReport,
+    assess,
+    check_capacity,
+    demand,
+    execute,
+    peer_moves,
+    replica_ids,
+    require_staged,
 )
-from hpcshuffle.store import Store, StoreError, rank_dir
+from hpcshuffle.storage.store import Store, StoreError, rank_dir
 
 SAMPLES = 60
 

@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 import json
 import subprocess
 import sys
 import textwrap
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
-from hpcshuffle.store import MANIFEST, SampleMeta, Store, StoreError, checksum_of, sample_path
+from hpcshuffle.storage.store import (
+    MANIFEST,
+    SampleMeta,
+    Store,
+    StoreError,
+    checksum_of,
+    sample_path,
+)
 
 
 def meta(i: int, label: int | None = None, suffix: str = ".jpg") -> SampleMeta:
@@ -192,7 +198,7 @@ def test_open_from_another_process_is_refused(root):
         code = textwrap.dedent(
             f"""
             import sys
-            from hpcshuffle.store import Store, StoreError
+            from hpcshuffle.storage.store import Store, StoreError
             try:
                 Store({str(root)!r})
             except StoreError as err:

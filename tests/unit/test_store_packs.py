@@ -10,8 +10,14 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from hpcshuffle.loader import Locator
-from hpcshuffle.store import SampleMeta, Store, StoreError, published_locations, release
+from hpcshuffle.storage.loader import Locator
+from hpcshuffle.storage.store import (
+    SampleMeta,
+    Store,
+    StoreError,
+    published_locations,
+    release,
+)
 from tests.conftest import dead_pack_bytes
 
 SIZE = 3 * 4096 + 100  # not a whole number of blocks: neighbours share blocks

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
+from hpcshuffle.comm.transport import FRAME, ExchangeError, ExchangeStalled, Transport
 from hpcshuffle.errors import PeerLost
-from hpcshuffle.transport import FRAME, ExchangeError, ExchangeStalled, Transport
 
 TAG = 5
 MAX_MESSAGE_BYTES = 1000

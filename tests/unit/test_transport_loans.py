@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 from mpi4py import MPI
 
-from hpcshuffle.loans import Lender
+from hpcshuffle.comm.loans import Lender
+from hpcshuffle.comm.transport import ExchangeError
 from hpcshuffle.plan import EpochPlan, Loans, PlanSpec
-from hpcshuffle.store import SampleMeta, Store
-from hpcshuffle.transport import ExchangeError
+from hpcshuffle.storage.store import SampleMeta, Store
 
 BIG_SAMPLE = bytes(range(256)) * 20  # 5120 bytes: several messages of at most 1000
 

@@ -10,7 +10,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hpcshuffle.analysis.report import SUMMARY_COLUMNS, collect, find_runs, write_summary_csv
+from hpcshuffle.analysis.report import (
+    SUMMARY_COLUMNS,
+    collect,
+    find_runs,
+    write_summary_csv,
+)
 from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli import main
 from tests.conftest import cli_error

@@ -7,8 +7,8 @@ import sys
 
 import pytest
 
+from hpcshuffle.comm.world import check_launch, launched_tasks
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.world import check_launch, launched_tasks
 from tests.conftest import REPO, mpi_env
 
 

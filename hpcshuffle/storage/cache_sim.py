@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from hpcshuffle.cache import NO_EVICTION, Future, as_trace, get_policy
 from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.storage.cache import NO_EVICTION, Future, as_trace, get_policy
 
 
 @dataclass(frozen=True)

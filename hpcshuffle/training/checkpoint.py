@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from mpi4py import MPI
 
+from hpcshuffle.comm.world import World, on_root
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.metrics import RankEpoch, drop_epochs_from
-from hpcshuffle.store import atomic_write
-from hpcshuffle.world import World, on_root
+from hpcshuffle.storage.store import atomic_write
+from hpcshuffle.training.metrics import RankEpoch, drop_epochs_from
 
 FILE = "checkpoint.pt"
 FORMAT = 1

@@ -93,7 +93,7 @@ class BatchFetcher(Generic[Key, Item]):
                     except BaseException as err:  # noqa: BLE001 - re-raised below, key named
                         step, error = "decode", err
                 if error is not None:
-                    add_note(error, f"hpcshuffle.fetch: {step} of key {key!r} failed")
+                    add_note(error, f"hpcshuffle.storage.fetch: {step} of key {key!r} failed")
                     raise error
                 yield value
         finally:

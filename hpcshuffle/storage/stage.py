@@ -24,13 +24,13 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
+from hpcshuffle.comm.exchange import Scheduler
+from hpcshuffle.comm.world import World, agree
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.exchange import Scheduler
 from hpcshuffle.formats.catalog import Catalog, DatasetError, ShardedCatalog, SourceFile
 from hpcshuffle.plan import Exchange
-from hpcshuffle.shared_io import check_still_there
-from hpcshuffle.store import Store, StoreError
-from hpcshuffle.world import World, agree
+from hpcshuffle.storage.shared_io import check_still_there
+from hpcshuffle.storage.store import Store, StoreError
 
 
 @dataclass(frozen=True)

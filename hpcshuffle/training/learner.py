@@ -17,14 +17,19 @@ from torch import nn
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from hpcshuffle import models
+from hpcshuffle.comm.peers import Peers
+from hpcshuffle.comm.world import World, on_root
 from hpcshuffle.config import RunConfig
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.evaluate import Scores
 from hpcshuffle.formats.codec import Codec
-from hpcshuffle.optim import build_optimizer, set_learning_rate
-from hpcshuffle.peers import Peers
-from hpcshuffle.simulate import WorkerMeanLoss, fold_running_stats, ghost_batch_norm, set_local_batch
-from hpcshuffle.world import World, on_root
+from hpcshuffle.training.evaluate import Scores
+from hpcshuffle.training.optim import build_optimizer, set_learning_rate
+from hpcshuffle.training.simulate import (
+    WorkerMeanLoss,
+    fold_running_stats,
+    ghost_batch_norm,
+    set_local_batch,
+)
 
 
 def pick_device(config: RunConfig, world: World) -> torch.device:

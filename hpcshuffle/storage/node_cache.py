@@ -25,8 +25,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hpcshuffle.cache_sim import rank_trace, simulate
 from hpcshuffle.plan import PlanSpec
+from hpcshuffle.storage.cache_sim import rank_trace, simulate
 
 NOT_CACHED = -1
 

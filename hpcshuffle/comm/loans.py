@@ -23,9 +23,9 @@ from collections import defaultdict, deque
 import numpy as np
 from mpi4py import MPI
 
+from hpcshuffle.comm.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
 from hpcshuffle.plan import EpochPlan
-from hpcshuffle.store import Store
-from hpcshuffle.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
+from hpcshuffle.storage.store import Store
 
 TAG_LOAN = 8
 HEADER = struct.Struct("<qq")  # epoch, sample id

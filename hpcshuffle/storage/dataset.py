@@ -9,12 +9,19 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from hpcshuffle.comm.world import World, agree, on_root
 from hpcshuffle.config import RunConfig
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-from hpcshuffle.shared_io import START_HINT, UNCACHED, check_shared_dir, mount_of, node_memory_bytes, warnings_for
-from hpcshuffle.world import World, agree, on_root
+from hpcshuffle.storage.shared_io import (
+    START_HINT,
+    UNCACHED,
+    check_shared_dir,
+    mount_of,
+    node_memory_bytes,
+    warnings_for,
+)
 
 
 def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:

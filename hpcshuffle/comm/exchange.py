@@ -43,10 +43,10 @@ import numpy as np
 import xxhash
 from mpi4py import MPI
 
-from hpcshuffle import chaos
+from hpcshuffle.comm import chaos
+from hpcshuffle.comm.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
 from hpcshuffle.plan import EpochPlan, Exchange
-from hpcshuffle.store import SampleMeta, Store, release
-from hpcshuffle.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
+from hpcshuffle.storage.store import SampleMeta, Store, release
 
 TAG_SAMPLE = 7
 # how often the exchange thread looks for arrivals between iterations: every 1 ms, its wake-ups

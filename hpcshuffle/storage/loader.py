@@ -30,13 +30,19 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
-from hpcshuffle.fetch import BatchFetcher
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
-from hpcshuffle.node_cache import NOT_CACHED, cache_file
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
-from hpcshuffle.shared_io import check_still_there
-from hpcshuffle.store import Location, atomic_write, published_locations, read_at, sample_path
+from hpcshuffle.storage.fetch import BatchFetcher
+from hpcshuffle.storage.node_cache import NOT_CACHED, cache_file
+from hpcshuffle.storage.shared_io import check_still_there
+from hpcshuffle.storage.store import (
+    Location,
+    atomic_write,
+    published_locations,
+    read_at,
+    sample_path,
+)
 
 ON_ERROR = ("fail", "skip")
 

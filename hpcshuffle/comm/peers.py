@@ -22,9 +22,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hpcshuffle.comm.world import World
 from hpcshuffle.errors import PeerLost
-from hpcshuffle.store import atomic_write
-from hpcshuffle.world import World
+from hpcshuffle.storage.store import atomic_write
 
 GRACE_S = 10.0  # the roll call's length at most; ranks that time out on the same collective do so within it
 POLL_S = 0.01
