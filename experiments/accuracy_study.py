@@ -35,10 +35,10 @@ from pathlib import Path
 
 from common import REPO, records, strategy_overrides
 
+from hpcshuffle.analysis.intervals import interval95
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import (
-    interval95,
     points,
     quality_vs_gap,
     study_table,

@@ -10,39 +10,12 @@ quality to see whether the metric predicts the loss.
 
 from __future__ import annotations
 
-import math
 import statistics
 from dataclasses import dataclass
 
+from hpcshuffle.analysis.intervals import interval95, pearson, reaches
+from hpcshuffle.analysis.tune import CANDIDATES, run_q
 from hpcshuffle.plan import with_role
-
-# Student's t, 97.5 % quantile, for 1..30 degrees of freedom (two-sided 95 % interval)
-T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
-        2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
-Z975 = 1.959964
-
-
-def t975(df: int) -> float:
-    """The 97.5 % quantile of Student's t with `df` degrees of freedom (a table to 30, then the
-    Cornish-Fisher expansion around the normal, within 0.001 of the exact value there)."""
-    if df < 1:
-        raise ValueError(f"Student's t needs at least 1 degree of freedom, got {df}")
-    if df <= len(T975):
-        return T975[df - 1]
-    z = Z975
-    return z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
-
-
-def interval95(values: list[float], what: str) -> tuple[float, float, float]:
-    """(mean, low, high): the mean of `values` (one per seed) and its 95 % Student-t interval."""
-    if len(values) < 2:
-        raise ValueError(
-            f"a 95 % interval of {what} needs at least 2 seeds, got {len(values)}: "
-            "run more seeds (e.g. seed=0,1,2, or --seeds 3 for experiments/accuracy_study.py)"
-        )
-    mean = statistics.fmean(values)
-    half = t975(len(values) - 1) * statistics.stdev(values) / math.sqrt(len(values))
-    return mean, mean - half, mean + half
 
 
 @dataclass
@@ -73,8 +46,6 @@ def _rounded_mean(values: list[float | None]) -> float | None:
 
 def points(rows: list[dict]) -> list[Point]:
     """The study's points from complete runs' summary rows, sorted by (partition, workers, q, strategy)."""
-    from hpcshuffle.analysis.tune import run_q
-
     cells: dict[tuple, list[dict]] = {}
     for row in rows:
         if not row["complete"] or row["final_score"] is None:
@@ -126,17 +97,9 @@ def gaps(found: list[Point]) -> list[Gap]:
     return result
 
 
-def reaches(ci95: tuple[float, float], reference: tuple[float, float]) -> bool:
-    """Not below the reference beyond the noise: the 95 % interval overlaps the reference's or lies
-    above it (a q that beats global shuffling qualifies as much as one that ties it)."""
-    return ci95[1] >= reference[0]
-
-
 def smallest_reaching_q(found: list[Point], partition: str, workers: int) -> float | None:
     """The smallest q on the q axis (local, partial) whose 95 % interval reaches global shuffling's
     (`reaches`); None without a global point or when none does."""
-    from hpcshuffle.analysis.tune import CANDIDATES
-
     here = [p for p in found if (p.partition, p.workers) == (partition, workers)]
     base = next((p for p in here if p.strategy == with_role("reference").name), None)
     if base is None:
@@ -145,17 +108,9 @@ def smallest_reaching_q(found: list[Point], partition: str, workers: int) -> flo
     return min(reaching) if reaching else None
 
 
-def pearson(xs: list[float], ys: list[float]) -> float:
-    if len(xs) < 3:
-        raise ValueError(f"a correlation needs at least 3 runs, got {len(xs)}")
-    return statistics.correlation(xs, ys)
-
-
 def quality_vs_gap(rows: list[dict], found: list[Point]) -> list[tuple[float, float, str]]:
     """(final mixing quality, final top-1 minus the mean of global shuffling's at the same
     (partition, workers), partition) for every complete run that is not global shuffling's."""
-    from hpcshuffle.analysis.tune import run_q
-
     reference = with_role("reference").name
     means = {(p.partition, p.workers): p.top1_mean for p in found if p.strategy == reference}
     pairs = []

@@ -13,7 +13,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from hpcshuffle.analysis.study import interval95, reaches
+from hpcshuffle.analysis.intervals import interval95, reaches
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
 
 REFERENCES = ("auto", "global", "best")  # "global": the table's reference strategy, as the CLI spells it

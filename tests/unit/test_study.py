@@ -8,15 +8,9 @@ import math
 
 import pytest
 
+from hpcshuffle.analysis.intervals import interval95, reaches, t975
 from hpcshuffle.analysis.report import collect, find_runs
-from hpcshuffle.analysis.study import (
-    interval95,
-    points,
-    reaches,
-    study_table,
-    summary,
-    t975,
-)
+from hpcshuffle.analysis.study import points, study_table, summary
 from hpcshuffle.cli import main
 from tests.unit.test_tune import write_run
 
