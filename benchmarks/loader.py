@@ -68,6 +68,7 @@ import shutil
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -83,7 +84,7 @@ from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
-from hpcshuffle.storage.shared_io import START_HINT, describe, direct_io, shared_mount
+from hpcshuffle.storage.shared_io import START_HINT, describe, direct_io, shared_volume
 
 
 @dataclass(frozen=True)
@@ -181,16 +182,18 @@ def read_ms(catalog: Catalog, sample_ids: np.ndarray) -> tuple[float, float]:
     return wall_s / len(sample_ids) * 1000, cpu_s / len(sample_ids) * 1000
 
 
-def open_pfs(pfs: str, args: argparse.Namespace, work: Path) -> tuple[Catalog, str]:
+def open_pfs(pfs: str, args: argparse.Namespace, work: Path, cleanup: ExitStack) -> tuple[Catalog, str]:
     """The catalog both methods read, and the header line saying what it is.
 
     `gluster`: the benchmark ImageFolder on the GlusterFS mount (shared_io.py writes it once),
     read guarded: every read drops the file's pages, so every epoch and round reads the file
     system. `emulated`: the dataset in `work`, each read sleeping `--latency-ms` before a page
-    cache read. `auto`: gluster when the mount is up or root can start it, else emulated.
+    cache read. `auto`: gluster when the mount is up or root can start it, else emulated. A volume
+    started here is stopped when `cleanup` closes.
     """
     if pfs != "emulated":
-        mount, found = (Path(args.mount), "given with --mount") if args.mount else shared_mount(start=True)
+        mount, found = ((Path(args.mount), "given with --mount") if args.mount
+                        else cleanup.enter_context(shared_volume()))
         if mount is not None:
             catalog = shared_dataset(mount, args.samples, args.size, args.seed)
             how = ("direct I/O: the client caches nothing" if direct_io(mount) else
@@ -244,8 +247,9 @@ def main() -> None:
     torch.set_num_threads(1)  # as in the DataLoader's workers: one core each
 
     work = Path(tempfile.mkdtemp(prefix="hpcshuffle-bench-loader-", dir=args.workdir))
-    try:
-        catalog, pfs_line = open_pfs(args.pfs, args, work)
+    with ExitStack() as cleanup:
+        cleanup.callback(shutil.rmtree, work, ignore_errors=True)
+        catalog, pfs_line = open_pfs(args.pfs, args, work, cleanup)
         codec = make_codec(catalog.root, catalog, DatasetOptions(args.augment, args.image_size))
         total_bytes = sum(catalog.stat(sample_id).nbytes for sample_id in range(len(catalog)))
         sample_ids = np.random.default_rng(args.seed).permutation(args.samples)[: (num_batches + 1) * args.batch_size]
@@ -264,8 +268,6 @@ def main() -> None:
                                        "DataLoader (per sample)", "1"))
             unordered_runs.append(load_all(samples(args.io_threads, args.decode_threads), sample_ids, args.batch_size,
                                            args.workers, "DataLoader + unordered fetch", threads))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
     reference = plain_runs[0].fingerprints
     same = all(run.fingerprints.keys() == reference.keys() and all(

@@ -44,6 +44,7 @@ from __future__ import annotations
 import argparse
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import numpy as np
 from shared_io import (  # benchmarks/shared_io.py
@@ -61,7 +62,7 @@ from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.formats import webdataset
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_mount
+from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_volume
 
 
 def shard_dataset(images: Catalog, shard_samples: int, seed: int) -> webdataset.WebDatasetCatalog:
@@ -117,10 +118,14 @@ def main() -> None:
     check_counts(parser, args,
                  ("samples", "shard_samples", "passes", "threads", "repeats", "workers", "epochs", "batch"))
 
-    mount, found = shared_mount(start=True)
-    if mount is None:
-        sys.exit(f"benchmarks/shards.py needs the GlusterFS volume mounted: {found}. "
-                 f"Start it as root with `{START_HINT}` (see scripts/shared_fs.sh), then run this again.")
+    with shared_volume() as (mount, found):  # stopped after when it was started here
+        if mount is None:
+            sys.exit(f"benchmarks/shards.py needs the GlusterFS volume mounted: {found}. "
+                     f"Start it as root with `{START_HINT}` (see scripts/shared_fs.sh), then run this again.")
+        measure(args, mount, found)
+
+
+def measure(args: argparse.Namespace, mount: Path, found: str) -> None:
     files = shared_dataset(mount, args.samples, args.size, args.seed)
     shards = shard_dataset(files, args.shard_samples, args.seed)
     shard_paths = [shards.root / name for name in shards.shards]

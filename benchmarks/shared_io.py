@@ -74,7 +74,7 @@ from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
 from hpcshuffle.storage.dataset import ensure_synthetic
-from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_mount
+from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_volume
 from hpcshuffle.storage.store import Store
 
 NUM_CLASSES = 10
@@ -189,10 +189,14 @@ def main() -> None:
     args = parser.parse_args()
     check_counts(parser, args, ("samples", "passes", "threads", "repeats"))
 
-    mount, found = shared_mount(start=True)
-    if mount is None:
-        sys.exit(f"benchmarks/shared_io.py needs the GlusterFS volume mounted: {found}. "
-                 f"Start it as root with `{START_HINT}` (see scripts/shared_fs.sh), then run this again.")
+    with shared_volume() as (mount, found):  # stopped after when it was started here
+        if mount is None:
+            sys.exit(f"benchmarks/shared_io.py needs the GlusterFS volume mounted: {found}. "
+                     f"Start it as root with `{START_HINT}` (see scripts/shared_fs.sh), then run this again.")
+        measure(args, mount, found)
+
+
+def measure(args: argparse.Namespace, mount: Path, found: str) -> None:
     guarded = shared_dataset(mount, args.samples, args.size, args.seed)
     unguarded = replace(guarded, uncached=False)
     shared_paths = [guarded.path(sample_id) for sample_id in range(len(guarded))]

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from hpcshuffle.storage.shared_io import SHARED_FS, shared_mount
+from hpcshuffle.storage.shared_io import shared_volume
 from hpcshuffle.training.metrics import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,18 +38,14 @@ def shared_storage(overrides: list[str]) -> Iterator[list[str]]:
               "put the dataset on the GlusterFS mount)", flush=True)
         yield []
         return
-    mount, how = shared_mount(start=True)
-    if mount is None:
-        print(f"shared storage: no GlusterFS mount ({how}); global shuffling reads dataset.root from this "
-              "node's disk, each file's pages dropped after reading it", flush=True)
-        yield []
-        return
-    print(f"shared storage: GlusterFS at {mount} ({how}); datasets live under it", flush=True)
-    try:
+    with shared_volume() as (mount, how):  # stopped after only when started here
+        if mount is None:
+            print(f"shared storage: no GlusterFS mount ({how}); global shuffling reads dataset.root from this "
+                  "node's disk, each file's pages dropped after reading it", flush=True)
+            yield []
+            return
+        print(f"shared storage: GlusterFS at {mount} ({how}); datasets live under it", flush=True)
         yield [f"storage.shared_dir={mount}"]
-    finally:
-        if how == "started now":  # stop only what was started here
-            subprocess.run(["bash", str(SHARED_FS), "stop"], capture_output=True, text=True)
 
 
 def records(run_dir: Path) -> list[dict]:

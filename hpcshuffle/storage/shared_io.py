@@ -24,6 +24,8 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +38,7 @@ NETWORK_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb
                  "fuse.sshfs", "fuse.ceph", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse")
 MEMORY_TYPES = ("tmpfs", "ramfs")  # the page cache *is* the storage: nothing to drop
 START_HINT = "bash scripts/shared_fs.sh start"
-SHARED_FS = Path(__file__).resolve().parents[1] / "scripts" / "shared_fs.sh"  # in a source checkout
+SHARED_FS = Path(__file__).resolve().parents[2] / "scripts" / "shared_fs.sh"  # in a source checkout
 
 
 class SharedStorageError(DatasetError):
@@ -115,6 +117,18 @@ def shared_mount(start: bool = True) -> tuple[Path | None, str]:
     if started.returncode != 0:
         return None, f"{START_HINT} failed (exit {started.returncode}; its messages are above)"
     return Path(started.stdout.strip()), "started now"
+
+
+@contextmanager
+def shared_volume(start: bool = True) -> Iterator[tuple[Path | None, str]]:
+    """`shared_mount` for the length of a `with`: a volume started here is stopped on the way out
+    (`shared_fs.sh stop`), one that was mounted already is left as it was found."""
+    mount, how = shared_mount(start)
+    try:
+        yield mount, how
+    finally:
+        if how == "started now":
+            subprocess.run(["bash", str(SHARED_FS), "stop"], capture_output=True, text=True, timeout=300, check=False)
 
 
 def check_shared_dir(shared_dir: Path) -> str | None:

@@ -23,6 +23,7 @@ from hpcshuffle.storage.shared_io import (
     direct_io,
     estimated_bytes,
     mount_of,
+    shared_volume,
     warnings_for,
     why_gone,
 )
@@ -148,3 +149,30 @@ def test_direct_io_is_read_from_the_fuse_clients_command_line(tmp_path):
     assert direct_io(Path("/mnt/a"), proc=str(tmp_path))
     assert not direct_io(Path("/mnt/b"), proc=str(tmp_path))
     assert not direct_io(Path("/mnt/c"), proc=str(tmp_path))
+
+
+def fake_shared_fs(tmp_path: Path, mounted: bool) -> tuple[Path, Path]:
+    """A stand-in for scripts/shared_fs.sh that logs each action: `status` fails until `start`
+    ran (or at once when `mounted`), `start` prints the mount point."""
+    log, flag = tmp_path / "actions", tmp_path / "mounted"
+    if mounted:
+        flag.touch()
+    script = tmp_path / "shared_fs.sh"
+    script.write_text(f'echo "$1" >> {log}\n'
+                      f'case "$1" in\n'
+                      f'  status) [ -e {flag} ] && echo {tmp_path} || {{ echo "not mounted" >&2; exit 1; }} ;;\n'
+                      f'  start) touch {flag}; echo {tmp_path} ;;\n'
+                      f'  stop) rm -f {flag} ;;\n'
+                      f'esac\n')
+    return script, log
+
+
+@pytest.mark.parametrize("mounted", [False, True])
+def test_a_volume_started_for_a_with_is_stopped_after_it_and_one_found_is_left(tmp_path, monkeypatch, mounted):
+    script, log = fake_shared_fs(tmp_path, mounted)
+    monkeypatch.setattr("hpcshuffle.storage.shared_io.SHARED_FS", script)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    with shared_volume() as (mount, how):
+        assert mount == tmp_path and how == ("mounted" if mounted else "started now")
+    assert log.read_text().split() == (["status"] if mounted else ["status", "start", "stop"])
+    assert (tmp_path / "mounted").exists() == mounted
