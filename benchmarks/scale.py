@@ -33,8 +33,9 @@ import time
 from datetime import datetime, timezone
 
 from hpcshuffle.plan import get_strategy, run_label
-from hpcshuffle.scale.engine import Scenario, check_scenario, simulate
-from hpcshuffle.scale.platform import load_platform, platform_path
+from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.platform_yaml import load_platform, platform_path
+from hpcshuffle.scale.scenario import Scenario, check_scenario
 
 WALL_LIMIT_S = 600.0
 MEMORY_LIMIT_GIB = 4.0

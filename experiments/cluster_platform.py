@@ -11,7 +11,7 @@ from pathlib import Path
 
 import yaml
 
-from hpcshuffle.scale.platform import load_platform, platform_from_dict
+from hpcshuffle.scale.platform_yaml import load_platform, platform_from_dict
 
 RATE_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
               "bps": 1, "kbps": 1e3, "mbps": 1e6, "gbps": 1e9, "tbps": 1e12}  # tc's units ("bps": bytes/s)

@@ -67,14 +67,14 @@ from scale_fit import (
 
 from hpcshuffle.analysis.plots import PHASE_LABELS, new_figure, save
 from hpcshuffle.plan import run_label
-from hpcshuffle.scale.engine import PHASES, Result, Scenario, check_scenario, simulate
-from hpcshuffle.scale.platform import (
-    Model,
-    Platform,
+from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.platform import Model, Platform
+from hpcshuffle.scale.platform_yaml import (
     platform_from_dict,
     platform_path,
     with_values,
 )
+from hpcshuffle.scale.scenario import PHASES, Result, Scenario, check_scenario
 
 NGUYEN_WORKERS = [16, 32, 64, 128, 256, 512, 1024, 2048]
 FIG10_WORKERS = 512

@@ -32,7 +32,7 @@ from cluster_platform import rate_bytes_per_s
 from common import REPO
 
 from hpcshuffle.scale.calibrate import measured_storage, read_runs
-from hpcshuffle.scale.platform import load_platform, with_values
+from hpcshuffle.scale.platform_yaml import load_platform, with_values
 from hpcshuffle.scale.validate import validate, validation_table
 
 LATENCY = REPO / "results/reference/storage/latency.json"

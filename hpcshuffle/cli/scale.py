@@ -15,20 +15,20 @@ import sys
 
 from hpcshuffle.cli import scale_sensitivity
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
-from hpcshuffle.scale.engine import (
+from hpcshuffle.scale.platform_yaml import load_platform
+from hpcshuffle.scale.recommend import (
+    DEFAULT_QS,
+    affordable_q,
+    recommendation_table,
+    simulate_all,
+)
+from hpcshuffle.scale.scenario import (
     PHASES,
     SCOPES,
     Result,
     Scenario,
     check_scenario,
     result_row,
-)
-from hpcshuffle.scale.platform import load_platform
-from hpcshuffle.scale.recommend import (
-    DEFAULT_QS,
-    affordable_q,
-    recommendation_table,
-    simulate_all,
 )
 
 

@@ -18,7 +18,7 @@ from hpcshuffle.scale.calibrate import (
     ping_pong,
     read_runs,
 )
-from hpcshuffle.scale.platform import load_platform, platform_from_dict
+from hpcshuffle.scale.platform_yaml import load_platform, platform_from_dict
 from hpcshuffle.scale.validate import validate, validation_table
 
 

@@ -8,8 +8,9 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from hpcshuffle.plan import with_role
-from hpcshuffle.scale.engine import Result, Scenario, simulate
+from hpcshuffle.scale.engine import simulate
 from hpcshuffle.scale.platform import Platform
+from hpcshuffle.scale.scenario import Result, Scenario
 
 DEFAULT_QS = (0.05, 0.1, 0.2, 0.3, 0.5, 0.7, 1.0)
 

@@ -22,9 +22,11 @@ from pathlib import Path
 from typing import Any
 
 from hpcshuffle.plan import get_strategy
-from hpcshuffle.scale.engine import Result, Scenario, check_scenario, simulate
-from hpcshuffle.scale.platform import Platform, PlatformError, with_values
+from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.platform import Platform, PlatformError
+from hpcshuffle.scale.platform_yaml import with_values
 from hpcshuffle.scale.recommend import simulate_each
+from hpcshuffle.scale.scenario import Result, Scenario, check_scenario
 
 ENDS = ("low", "high")
 SHUFFLES = ("global", "local", "partial")  # GS, LS, PLS

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from hpcshuffle.plan import run_label
 from hpcshuffle.scale.calibrate import PHASE_KEYS, MeasuredRun, workload_names
-from hpcshuffle.scale.engine import Scenario
 from hpcshuffle.scale.platform import Platform
 from hpcshuffle.scale.recommend import simulate_all
+from hpcshuffle.scale.scenario import Scenario
 
 TOLERANCE = 0.25  # a phase agrees when within 25 % of the measured one ...
 NEGLIGIBLE = 0.05  # ... or when the difference is under 5 % of the measured epoch (phases that barely exist)

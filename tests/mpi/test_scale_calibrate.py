@@ -15,7 +15,8 @@ import pytest
 import yaml
 
 from hpcshuffle.scale.calibrate import read_runs
-from hpcshuffle.scale.platform import PlatformError, load_platform
+from hpcshuffle.scale.platform import PlatformError
+from hpcshuffle.scale.platform_yaml import load_platform
 from hpcshuffle.scale.validate import TOLERANCE, validate
 from tests.conftest import REPO, mpi_env
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.scale.platform import load_platform
+from hpcshuffle.scale.platform_yaml import load_platform
 
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 STATUS = """nodes=3 link=10gbit storage_link=200mbit storage_latency_ms=2 

@@ -12,8 +12,9 @@ import pytest
 
 from hpcshuffle.cli import main
 from hpcshuffle.scale import recommend
-from hpcshuffle.scale.engine import Scenario, result_row, simulate
-from hpcshuffle.scale.platform import load_platform
+from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.platform_yaml import load_platform
+from hpcshuffle.scale.scenario import Scenario, result_row
 from tests.conftest import cli_error
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"

@@ -27,14 +27,11 @@ from hpcshuffle.plan import (
     STRATEGIES,
 )
 from hpcshuffle.scale import engine
-from hpcshuffle.scale.engine import PHASES, Result, Scenario, result_row, simulate
-from hpcshuffle.scale.platform import (
-    Platform,
-    PlatformError,
-    load_platform,
-    platform_from_dict,
-)
+from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.platform import Platform, PlatformError
+from hpcshuffle.scale.platform_yaml import load_platform, platform_from_dict
 from hpcshuffle.scale.recommend import affordable_q, recommendation_table, simulate_all
+from hpcshuffle.scale.scenario import PHASES, Result, Scenario, result_row
 
 TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 WORKERS = 16  # 8 nodes: two leaf switches of the tiny fat tree, so messages cross its top level

@@ -1,4 +1,4 @@
-"""Platform yaml files (hpcshuffle/scale/platform.py): the shipped ones load, every mistake in one is
+"""Platform yaml files (hpcshuffle/scale/platform_yaml.py, read into scale/platform.py): the shipped ones load, every mistake in one is
 refused with the key and the fix named, and the α–β allreduce and fat-tree capacity are exact."""
 
 from __future__ import annotations
@@ -12,12 +12,14 @@ import pytest
 import yaml
 
 from hpcshuffle.scale.platform import (
-    PLATFORM_DIR,
     Allreduce,
     Distribution,
     Network,
     Platform,
     PlatformError,
+)
+from hpcshuffle.scale.platform_yaml import (
+    PLATFORM_DIR,
     load_platform,
     platform_from_dict,
 )

@@ -15,8 +15,9 @@ import yaml
 
 from hpcshuffle.cli import main
 from hpcshuffle.scale import sensitivity as sens
-from hpcshuffle.scale.engine import Result
-from hpcshuffle.scale.platform import Platform, PlatformError, platform_from_dict
+from hpcshuffle.scale.platform import Platform, PlatformError
+from hpcshuffle.scale.platform_yaml import platform_from_dict
+from hpcshuffle.scale.scenario import Result
 from hpcshuffle.scale.sensitivity import (
     RangeError,
     knob_ranges,

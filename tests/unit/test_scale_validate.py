@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from hpcshuffle.scale.calibrate import MeasuredRun, fit_platform, measured_storage
-from hpcshuffle.scale.platform import PlatformError, platform_from_dict
+from hpcshuffle.scale.platform import PlatformError
+from hpcshuffle.scale.platform_yaml import platform_from_dict
 from hpcshuffle.scale.validate import in_sample, platform_for, validation_table
 from tests.unit.test_scale_platform import tiny_raw
 
