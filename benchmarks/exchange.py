@@ -55,7 +55,8 @@ def one_config(comm, kind: str, size: int, q: float, bytes_per_rank: int, batch:
 
     from hpcshuffle.comm.exchange import Scheduler
     from hpcshuffle.plan import PlanSpec, plan_epochs
-    from hpcshuffle.storage.store import SampleMeta, Store
+    from hpcshuffle.storage.layout import SampleMeta
+    from hpcshuffle.storage.store import Store
 
     rank, ranks = comm.Get_rank(), comm.Get_size()
     spec = PlanSpec(samples_for(size, ranks, bytes_per_rank), ranks, batch_size=batch, q=q, seed=7)

@@ -51,8 +51,9 @@ def cmd_stage(args: argparse.Namespace) -> None:
     from a single process (taken to be that node's, in local-rank order)."""
     from hpcshuffle.comm.world import discover, on_root
     from hpcshuffle.formats import get_format
+    from hpcshuffle.storage.layout import rank_dir
     from hpcshuffle.storage.stage import stage_stores
-    from hpcshuffle.storage.store import Store, rank_dir
+    from hpcshuffle.storage.store import Store
 
     strategy = get_strategy(args.shuffle)
     q = strategy.q_for(args.q)

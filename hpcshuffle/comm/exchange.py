@@ -46,7 +46,9 @@ from mpi4py import MPI
 from hpcshuffle.comm import chaos
 from hpcshuffle.comm.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
 from hpcshuffle.plan import EpochPlan, Exchange
-from hpcshuffle.storage.store import SampleMeta, Store, release
+from hpcshuffle.storage.layout import SampleMeta
+from hpcshuffle.storage.packs import release
+from hpcshuffle.storage.store import Store
 
 TAG_SAMPLE = 7
 # how often the exchange thread looks for arrivals between iterations: every 1 ms, its wake-ups

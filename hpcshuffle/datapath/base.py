@@ -14,9 +14,11 @@ from hpcshuffle.config import RunConfig
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import EpochPlan, PlanSpec
+from hpcshuffle.storage.files import atomic_write
+from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.loader import EpochOrder, Locator, Samples, make_loader
 from hpcshuffle.storage.stage import stage_stores
-from hpcshuffle.storage.store import Store, StoreError, atomic_write, rank_dir
+from hpcshuffle.storage.store import Store, StoreError
 from hpcshuffle.training.metrics import RankEpoch
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from hpcshuffle.storage.store import SampleMeta, drop_cached, read_chunks
+from hpcshuffle.storage.files import drop_cached, read_chunks
+from hpcshuffle.storage.layout import SampleMeta
 
 
 class DatasetError(ValueError):

@@ -34,15 +34,12 @@ from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
 from hpcshuffle.storage.fetch import BatchFetcher
+from hpcshuffle.storage.files import atomic_write, read_at
+from hpcshuffle.storage.layout import sample_path
 from hpcshuffle.storage.node_cache import NOT_CACHED, cache_file
+from hpcshuffle.storage.packs import Location
 from hpcshuffle.storage.shared_io import check_still_there
-from hpcshuffle.storage.store import (
-    Location,
-    atomic_write,
-    published_locations,
-    read_at,
-    sample_path,
-)
+from hpcshuffle.storage.store import published_locations
 
 ON_ERROR = ("fail", "skip")
 

@@ -1,22 +1,5 @@
 """The node-local sample store: one directory per rank, samples in files of their own or in packs,
-one manifest.
-
-Layout::
-
-    <root>/samples/<sample_id:09d><suffix>   a sample's bytes, exactly as in the dataset
-    <root>/packs/<name>.pack                 many samples' bytes back to back, then a trailer
-                                             listing them (see `write_pack`)
-    <root>/manifest.json                     {"epoch", "plan_key",
-                                              "samples": {id: [relpath, label, nbytes, xxh3, source_mtime_ns
-                                                               (, pack name, offset)]}}
-    <root>/locations.json                    {id: [pack name, offset, nbytes]} of the packed samples,
-                                             published with the manifest for loaders and node peers
-    <root>/.lock                             held (flock) while a process owns the store
-
-A pack is what one exchange message brought or one staged shard: one create and one write for
-many samples instead of one each. A packed sample that leaves the store has its bytes freed in
-place (a hole punched in the pack), and the pack is deleted with its last sample, so the store's
-bytes stay those of the samples it holds.
+one manifest (what lies where: layout.py).
 
 Every write is atomic: the bytes go to a temporary name, are fsynced, then renamed over the
 final name, and the directory is fsynced. The manifest is rewritten (atomically) only at
@@ -26,89 +9,45 @@ the manifest says what the store held at the last committed boundary.
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import fcntl
-import itertools
 import json
 import os
-import struct
-import threading
 import uuid
-from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field, replace
+from collections.abc import Iterable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import xxhash
 
-MANIFEST = "manifest.json"
-LOCATIONS = "locations.json"  # where packed samples are, for readers without the store (`published_locations`)
-CHUNK_BYTES = 8 << 20  # large files are read, hashed and written in pieces of this size
-PACK_SUFFIX = ".pack"
-PACK_FOOTER = struct.Struct("<Q8s")  # a pack ends with its trailer's length and this magic
-PACK_MAGIC = b"HSPACK01"
-_LIBC = ctypes.CDLL(None, use_errno=True)
-_FALLOC_FL_KEEP_SIZE, _FALLOC_FL_PUNCH_HOLE = 0x01, 0x02
+from hpcshuffle.storage.files import (
+    atomic_write,
+    checksum_of,
+    fsync_dir,
+    read_chunks,
+    read_exact,
+    syncfs,
+)
+from hpcshuffle.storage.layout import (
+    LOCATIONS,
+    MANIFEST,
+    SampleMeta,
+    read_manifest,
+    sample_file,
+    write_manifest,
+)
+from hpcshuffle.storage.packs import (
+    PACK_SUFFIX,
+    Location,
+    Pack,
+    read_pack_trailer,
+    release,
+    write_pack,
+)
 
 
 class StoreError(RuntimeError):
     """The store cannot be used as asked (locked by another job, out of sync with the plan...)."""
-
-
-@dataclass(frozen=True)
-class SampleMeta:
-    """What the store keeps about a sample besides its bytes.
-
-    `nbytes` and `checksum` describe the bytes (checked on every verify and after every
-    transfer); `source_mtime_ns` is the source file's mtime when it was staged, so a dataset
-    changed since staging is noticed.
-    """
-
-    sample_id: int
-    relpath: str  # path inside the dataset root, e.g. "train/class_003/000123.jpg"
-    label: int
-    nbytes: int = 0
-    checksum: str = ""
-    source_mtime_ns: int = 0
-
-    def row(self) -> list:
-        return [self.relpath, self.label, self.nbytes, self.checksum, self.source_mtime_ns]
-
-
-def read_chunks(path: Path, *, uncached: bool = False) -> Iterator[bytes]:
-    """A file's bytes in pieces of at most CHUNK_BYTES, so large samples never sit whole in memory.
-
-    With `uncached`, the file's pages are dropped from this node's page cache once it is read
-    (posix_fadvise DONTNEED), so the next read goes to the file system again (shared_io.py).
-    """
-    with open(path, "rb") as source:
-        try:
-            while chunk := source.read(CHUNK_BYTES):
-                yield chunk
-        finally:
-            if uncached:
-                drop_cached(source.fileno())
-
-
-def drop_cached(fd: int, offset: int = 0, length: int = 0) -> None:
-    """Drop `length` bytes of an open file from `offset` (0: to its end) from this node's page
-    cache (posix_fadvise DONTNEED), so the next read of them goes to the file system again."""
-    os.posix_fadvise(fd, offset, length, os.POSIX_FADV_DONTNEED)
-
-
-def checksum_of(chunks: Iterable[bytes]) -> tuple[str, int]:
-    """(xxh3-64 hex digest, total bytes) of an iterable of byte chunks."""
-    hasher, nbytes = xxhash.xxh3_64(), 0
-    for chunk in chunks:
-        hasher.update(chunk)
-        nbytes += len(chunk)
-    return hasher.hexdigest(), nbytes
-
-
-def rank_dir(local_dir: Path, rank: int) -> Path:
-    """Each rank's own store directory under the node-local directory."""
-    return Path(local_dir) / f"rank{rank:05d}"
 
 
 @dataclass(frozen=True)
@@ -121,165 +60,6 @@ class StoreDiff:
     @property
     def clean(self) -> bool:
         return not self.missing and not self.extra
-
-
-def sample_file(samples_dir: str, sample_id: int, relpath: str) -> str:
-    """Where a store keeps a sample: its id, zero-padded, with the original file's suffix.
-
-    Plain strings, as the exchange computes this for every sample it moves (pathlib costs
-    microseconds a call); the suffix is pathlib's (`PurePath.suffix`).
-    """
-    name = relpath.rpartition("/")[2]
-    dot = name.rfind(".")
-    suffix = name[dot:] if 0 < dot < len(name) - 1 else ""
-    return f"{samples_dir}/{sample_id:09d}{suffix}"
-
-
-def sample_path(store_root: Path, sample_id: int, relpath: str) -> Path:
-    """`sample_file` of the store at `store_root`, as a Path."""
-    return Path(sample_file(str(Path(store_root) / "samples"), sample_id, relpath))
-
-
-def _fsync_dir(path: str | os.PathLike) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _syncfs(path: Path) -> None:
-    """Flush the whole file system holding `path` in one call (Linux syncfs; os.sync elsewhere).
-
-    One flush for a batch of files costs about one fsync instead of one per file.
-    """
-    syncfs = getattr(_LIBC, "syncfs", None)
-    if syncfs is None:
-        os.sync()
-        return
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        if syncfs(fd) != 0:
-            err = ctypes.get_errno()
-            raise OSError(err, f"syncfs({path}) failed: {os.strerror(err)}")
-    finally:
-        os.close(fd)
-
-
-def atomic_write(
-    path: str | os.PathLike, chunks: Iterable[bytes | memoryview | np.ndarray], *, durable: bool = True, hashed: bool = True
-) -> tuple[str, int]:
-    """Write `chunks` to `path` so that a crash leaves either the old file or the new one.
-
-    With durable=False the data and the rename are not flushed yet: the caller flushes a
-    whole batch at once (`Store.sync`) before anything depends on it. With hashed=False the
-    bytes are not hashed (the caller has checked them already) and the checksum returned is "".
-
-    Returns:
-        (checksum, nbytes) of what was written, hashed on the way.
-    """
-    directory, name = os.path.split(os.fspath(path))
-    tmp = os.path.join(directory, f".{name}.tmp{os.getpid()}.{threading.get_ident()}")
-    hasher, nbytes = xxhash.xxh3_64() if hashed else None, 0
-    try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-        try:
-            for chunk in chunks:
-                view = memoryview(chunk).cast("B")
-                nbytes += len(view)
-                if hasher is not None:
-                    hasher.update(view)
-                while view:  # os.write may write less than asked (signals, > 2 GiB)
-                    view = view[os.write(fd, view) :]
-            if durable:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):  # a failed source read or a full disk leaves nothing behind
-            os.unlink(tmp)
-        raise
-    if durable:
-        _fsync_dir(directory or ".")
-    return (hasher.hexdigest() if hasher is not None else ""), nbytes
-
-
-@dataclass(frozen=True)
-class Location:
-    """Where a packed sample's bytes are: `nbytes` at `offset` of the pack file `path`."""
-
-    path: str
-    offset: int
-    nbytes: int
-
-
-@dataclass
-class Pack:
-    """A pack the store holds samples in: their offsets (ascending) and ids, and where its trailer starts."""
-
-    path: str
-    payload_bytes: int
-    offsets: list[int] = field(default_factory=list)
-    ids: list[int] = field(default_factory=list)
-
-
-def pack_trailer(metas: list[SampleMeta], offsets: list[int]) -> bytes:
-    """What ends a pack: its samples (id, manifest row, offset), then its length and PACK_MAGIC."""
-    rows = [[meta.sample_id, *meta.row(), offset] for meta, offset in zip(metas, offsets, strict=True)]
-    trailer = json.dumps(rows).encode()
-    return trailer + PACK_FOOTER.pack(len(trailer), PACK_MAGIC)
-
-
-def read_pack_trailer(path: str) -> tuple[list[SampleMeta], list[int], int]:
-    """(samples, their offsets, payload bytes) of a pack; StoreError if it does not end in a whole trailer."""
-    try:
-        with open(path, "rb") as pack:
-            size = pack.seek(0, os.SEEK_END)
-            if size < PACK_FOOTER.size:
-                raise ValueError("shorter than its footer")
-            pack.seek(size - PACK_FOOTER.size)
-            length, magic = PACK_FOOTER.unpack(pack.read(PACK_FOOTER.size))
-            if magic != PACK_MAGIC or length > size - PACK_FOOTER.size:
-                raise ValueError("no pack footer at its end")
-            payload_bytes = size - PACK_FOOTER.size - length
-            pack.seek(payload_bytes)
-            rows = json.loads(pack.read(length))
-        metas = [SampleMeta(int(i), relpath, int(label), int(nbytes), checksum, int(mtime_ns))
-                 for i, relpath, label, nbytes, checksum, mtime_ns, _ in rows]
-        offsets = [int(row[6]) for row in rows]
-    except (ValueError, TypeError, KeyError) as err:
-        raise StoreError(
-            f"pack {path} is damaged ({err}); delete it, and the next start restages what it held"
-        ) from None
-    return metas, offsets, payload_bytes
-
-
-def punch_hole(fd: int, offset: int, length: int) -> None:
-    """Free `length` bytes at `offset` of a file without moving what follows (fallocate PUNCH_HOLE)."""
-    if length <= 0:
-        return
-    if _LIBC.fallocate(fd, _FALLOC_FL_PUNCH_HOLE | _FALLOC_FL_KEEP_SIZE, ctypes.c_long(offset), ctypes.c_long(length)):
-        err = ctypes.get_errno()
-        raise OSError(err, f"cannot free a packed sample's bytes: {os.strerror(err)}; the node-local store's file "
-                           "system must support hole punching (ext4, xfs, btrfs, tmpfs do)")
-
-
-def release(freed: str | tuple[str, int, int]) -> None:
-    """Carry out what `Store.detach` returned: delete a file, or punch (path, start, end) out of a pack."""
-    if isinstance(freed, str):
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(freed)
-        return
-    path, start, end = freed
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return
-    try:
-        punch_hole(fd, start, end - start)
-    finally:
-        os.close(fd)
 
 
 class Store:
@@ -361,18 +141,8 @@ class Store:
         expected = self._meta[sample_id].nbytes
         if len(view) != expected:
             raise ValueError(f"sample {sample_id} is {expected} bytes; the buffer has {len(view)}")
-        where = self._where.get(sample_id)
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            if where is not None:
-                got = read_at(fd, view, where[1])
-                extra = b""
-            else:
-                got = read_at(fd, view, 0)
-                extra = os.pread(fd, 1, expected)
-        finally:
-            os.close(fd)
-        if got != expected or extra:
+        where = self._where.get(sample_id)  # packed: the bytes at its offset; else its whole file
+        if not read_exact(path, view, 0 if where is None else where[1], to_end=where is None):
             raise StoreError(
                 f"store file {path} does not hold the {expected} bytes its manifest records for sample {sample_id}: "
                 f"it was changed outside hpcshuffle; delete {self.root} and run again to restage it"
@@ -413,18 +183,9 @@ class Store:
         for meta in metas:
             if meta.sample_id in self._meta:
                 release(self.detach(meta.sample_id))
-        view = memoryview(payload).cast("B")
-        offsets = list(itertools.accumulate((meta.nbytes for meta in metas), initial=0))
-        if offsets[-1] != len(view):
-            raise ValueError(f"{len(view)} payload bytes for samples of {offsets[-1]}")
-        if not checked:
-            metas = [replace(meta, checksum=xxhash.xxh3_64_hexdigest(view[start:end]))
-                     for meta, start, end in zip(metas, offsets, offsets[1:])]
         name = uuid.uuid4().hex
-        path = f"{self.packs_dir}/{name}{PACK_SUFFIX}"
-        atomic_write(path, [view, pack_trailer(metas, offsets[:-1])], durable=False, hashed=False)
-        self._packs[name] = Pack(path, offsets[-1], offsets[:-1], [meta.sample_id for meta in metas])
-        for meta, offset in zip(metas, offsets, strict=False):
+        metas, self._packs[name] = write_pack(f"{self.packs_dir}/{name}{PACK_SUFFIX}", metas, payload, checked=checked)
+        for meta, offset in zip(metas, self._packs[name].offsets, strict=True):
             self._meta[meta.sample_id] = meta
             self._where[meta.sample_id] = (name, offset)
         return metas
@@ -507,22 +268,15 @@ class Store:
 
     def sync(self) -> None:
         """Make every write, rename and unlink so far durable."""
-        _syncfs(self.samples_dir)
-        _fsync_dir(self.samples_dir)
-        _fsync_dir(self.packs_dir)
+        syncfs(self.samples_dir)
+        fsync_dir(self.samples_dir)
+        fsync_dir(self.packs_dir)
 
     def commit(self, epoch: int, plan_key: str) -> None:
         """Record durably that the store now holds what `plan_key`'s plan says for `epoch`."""
         self.sync()
         self.epoch, self.plan_key = epoch, plan_key
-        manifest = {
-            "epoch": epoch,
-            "plan_key": plan_key,
-            "samples": {str(i): m.row() + list(self._where.get(i, ())) for i, m in sorted(self._meta.items())},
-        }
-        locations = {str(i): [name, offset, self._meta[i].nbytes] for i, (name, offset) in sorted(self._where.items())}
-        atomic_write(self.root / LOCATIONS, [json.dumps(locations).encode()])
-        atomic_write(self.root / MANIFEST, [json.dumps(manifest).encode()])
+        write_manifest(self.root, epoch, plan_key, self._meta, self._where)
 
     def close(self) -> None:
         if not self._lock.closed:
@@ -542,19 +296,13 @@ class Store:
         if not path.exists():
             return None, None, {}
         try:
-            manifest = json.loads(path.read_text())
-            samples = {}
-            for key, row in manifest["samples"].items():
-                relpath, label, nbytes, checksum, mtime_ns, *packed = row
-                if packed:
-                    name, offset = packed
-                    self._where[int(key)] = (str(name), int(offset))
-                samples[int(key)] = SampleMeta(int(key), relpath, int(label), int(nbytes), checksum, int(mtime_ns))
-            return manifest["epoch"], manifest["plan_key"], samples
+            epoch, plan_key, samples, where = read_manifest(path)
         except (ValueError, KeyError, TypeError) as err:
             raise StoreError(
                 f"manifest {path} is unreadable ({err!r}); delete {self.root} to restage it"
             ) from err
+        self._where.update(where)
+        return epoch, plan_key, samples
 
     def _sweep_temporaries(self) -> None:
         for directory in (self.samples_dir, self.packs_dir):
@@ -576,10 +324,12 @@ class Store:
         for name, path in sorted(packs.items()):
             try:
                 metas, offsets, payload_bytes = read_pack_trailer(path)
-            except StoreError:
+            except (ValueError, TypeError, KeyError) as err:
                 if name not in named:
                     continue  # never committed: a partly written pack cannot be one, so leave it to the user
-                raise
+                raise StoreError(
+                    f"pack {path} is damaged ({err}); delete it, and the next start restages what it held"
+                ) from None
             pack = Pack(path, payload_bytes, offsets, [meta.sample_id for meta in metas])
             if name in named:
                 self._packs[name] = pack
@@ -622,11 +372,3 @@ def published_locations(root: str | os.PathLike) -> dict[int, Location]:
         return {}  # committed before packs existed: every sample is a file of its own
     except (ValueError, TypeError, AttributeError) as err:
         raise StoreError(f"{path} is unreadable ({err!r}); delete {root} to restage it") from None
-
-
-def read_at(fd: int, view: memoryview, offset: int) -> int:
-    """Read into all of `view` from `offset` of `fd` (fewer bytes only at the file's end); bytes read."""
-    done = 0
-    while done < len(view) and (got := os.preadv(fd, [view[done:]], offset + done)):
-        done += got
-    return done

@@ -18,7 +18,8 @@ import pytest
 
 from hpcshuffle.comm.chaos import STOP_ENV
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.storage.store import Store, rank_dir
+from hpcshuffle.storage.layout import rank_dir
+from hpcshuffle.storage.store import Store
 from hpcshuffle.training.metrics import read_jsonl
 from tests.cluster.conftest import NODES, cluster_sh
 from tests.conftest import audit_by_epoch

@@ -14,7 +14,8 @@ import pytest
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.plan import PlanSpec, initial_partition, plan_epochs
-from hpcshuffle.storage.store import Store, rank_dir
+from hpcshuffle.storage.layout import rank_dir
+from hpcshuffle.storage.store import Store
 from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import REPO, SHORT_EPOCHS, mpi_env, run_mpi, train_args
 

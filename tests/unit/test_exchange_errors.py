@@ -12,7 +12,8 @@ from mpi4py import MPI
 
 from hpcshuffle.comm.exchange import ExchangeError, Scheduler
 from hpcshuffle.plan import Exchange
-from hpcshuffle.storage.store import SampleMeta, Store, StoreError
+from hpcshuffle.storage.layout import SampleMeta
+from hpcshuffle.storage.store import Store, StoreError
 
 BIG_SAMPLE_BYTES = 5000
 

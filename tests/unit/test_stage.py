@@ -18,7 +18,8 @@ from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.storage import store as store_module
+from hpcshuffle.storage import files
+from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.stage import (
     NodeDemand,
     StageReport,
@@ -30,7 +31,7 @@ from hpcshuffle.storage.stage import (
     replica_ids,
     require_staged,
 )
-from hpcshuffle.storage.store import Store, StoreError, rank_dir
+from hpcshuffle.storage.store import Store, StoreError
 
 SAMPLES = 60
 
@@ -136,7 +137,7 @@ def test_a_vanished_source_file_is_named(tmp_path, catalog):
 
 
 def test_large_files_are_streamed_in_chunks(tmp_path, catalog, monkeypatch):
-    monkeypatch.setattr(store_module, "CHUNK_BYTES", 97)  # every synthetic JPEG spans many chunks
+    monkeypatch.setattr(files, "CHUNK_BYTES", 97)  # every synthetic JPEG spans many chunks
     with Store(tmp_path / "store") as store:
         reconcile(store, range(6), catalog)
         assert_store_matches(store, range(6), catalog)

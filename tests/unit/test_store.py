@@ -11,14 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.storage.store import (
-    MANIFEST,
-    SampleMeta,
-    Store,
-    StoreError,
-    checksum_of,
-    sample_path,
-)
+from hpcshuffle.storage.files import checksum_of
+from hpcshuffle.storage.layout import MANIFEST, SampleMeta, sample_path
+from hpcshuffle.storage.store import Store, StoreError
 
 
 def meta(i: int, label: int | None = None, suffix: str = ".jpg") -> SampleMeta:

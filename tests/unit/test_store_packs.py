@@ -10,14 +10,10 @@ from pathlib import Path
 import pytest
 import xxhash
 
+from hpcshuffle.storage.layout import SampleMeta
 from hpcshuffle.storage.loader import Locator
-from hpcshuffle.storage.store import (
-    SampleMeta,
-    Store,
-    StoreError,
-    published_locations,
-    release,
-)
+from hpcshuffle.storage.packs import release
+from hpcshuffle.storage.store import Store, StoreError, published_locations
 from tests.conftest import dead_pack_bytes
 
 SIZE = 3 * 4096 + 100  # not a whole number of blocks: neighbours share blocks
