@@ -40,7 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 def cmd_pack(args: argparse.Namespace) -> None:
     from hpcshuffle.formats.webdataset import SPLITS, pack
-    from hpcshuffle.storage.stage import gib
+    from hpcshuffle.storage.capacity import gib
 
     shard_samples = 1000 if args.shard_samples is None and args.shard_bytes is None else args.shard_samples
     packed = pack(args.src, args.out, shard_samples=shard_samples, shard_bytes=args.shard_bytes,

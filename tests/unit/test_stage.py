@@ -19,12 +19,11 @@ from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage import files
+from hpcshuffle.storage.capacity import NodeDemand, check_capacity
 from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.stage import (
-    NodeDemand,
     StageReport,
     assess,
-    check_capacity,
     demand,
     execute,
     peer_moves,
