@@ -26,8 +26,9 @@ ResNet-50's unfitted GS/LS; `knee`, PLS-0.1/LS by exchange scheduler, noise and 
 
 Every simulation is cached as json under `<out>/cache/`, keyed by the platform file's sha256,
 the changes made to it here, the scenario and the simulator's code (hpcshuffle/scale/engine.py,
-platform.py, traffic.py, storage.py, slots.py, hpcshuffle/plan/): a rerun only simulates what is
-missing, and a platform whose yaml changed, or a changed engine, is simulated again. Writes under
+scenario.py, platform.py, platform_yaml.py, traffic.py, storage.py, slots.py, hpcshuffle/plan/): a
+rerun only simulates what is missing, and a platform whose yaml changed, or a changed engine, is
+simulated again. Writes under
 `--out`: `fit.txt`, `nguyen_fig9_epoch_time.png` and `nguyen_fig9.txt`, `nguyen_fig10_breakdown.png`
 and `nguyen_fig10.txt`, `yang_fig8_loading.png` and `yang_fig8.txt`, `pls_knee.txt` and
 `pls_knee.png`, and `scale_study.json` (every simulated row).
@@ -146,10 +147,12 @@ class Platforms:
 
 
 def code_digest() -> str:
-    """sha256 of the code that decides a simulated epoch: the engine, the platform loader, the traffic and
-    the plan (a changed engine is simulated again, as a changed platform file is)."""
+    """sha256 of the code that decides a simulated epoch: the engine, the scenario's records, the platform
+    and its loader, the traffic and the plan (a changed engine is simulated again, as a changed platform
+    file is)."""
     package = Path(__file__).resolve().parents[1] / "hpcshuffle"
-    files = [package / "scale" / name for name in ("engine.py", "platform.py", "traffic.py", "storage.py", "slots.py")]
+    files = [package / "scale" / name for name in ("engine.py", "scenario.py", "platform.py", "platform_yaml.py",
+                                                    "traffic.py", "storage.py", "slots.py")]
     files += sorted((package / "plan").glob("*.py"))
     digest = hashlib.sha256()
     for path in files:
