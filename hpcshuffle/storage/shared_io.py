@@ -7,7 +7,7 @@ so a run would report global shuffling as cheap as local shuffling (DLIO calls t
 caching"). `storage.shared_reads`:
 
 - `uncached` (default): every read of shared storage drops the file's pages once it is read
-  (posix_fadvise DONTNEED, store.read_chunks), so each epoch goes back to the file system. The
+  (posix_fadvise DONTNEED, files.read_chunks), so each epoch goes back to the file system. The
   file system's own client caches are the mount's business (scripts/shared_fs.sh turns
   GlusterFS's off).
 - `cached`: the page cache is left alone, as a plain read would; the run warns when the
