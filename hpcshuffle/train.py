@@ -11,11 +11,9 @@ with code 75 so that the job script can requeue. A peer that stops answering for
 
 from __future__ import annotations
 
-import itertools
 import os
 import sys
 import time
-import traceback
 from dataclasses import asdict
 from pathlib import Path
 
@@ -28,7 +26,6 @@ from tqdm import tqdm
 
 from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.comm import chaos
-from hpcshuffle.comm.exchange import ExchangeError
 from hpcshuffle.comm.peers import Peers
 from hpcshuffle.comm.world import (
     World,
@@ -36,49 +33,34 @@ from hpcshuffle.comm.world import (
     config_digest,
     discover,
     init_torch_distributed,
-    node_size,
-    on_all,
 )
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.datapath import RunContext, build_data_path
 from hpcshuffle.datapath.virtual import virtual_workers
-from hpcshuffle.errors import ConfigError, PeerLost
-from hpcshuffle.formats import get_format
-from hpcshuffle.formats.catalog import Catalog, DatasetError, ShardedCatalog
-from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
+from hpcshuffle.errors import ConfigError
+from hpcshuffle.plan import EpochPlan
 from hpcshuffle.storage.dataset import prepare_dataset
-from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
+from hpcshuffle.storage.loader import validation_loader
+from hpcshuffle.storage.shards import shard_summary
 from hpcshuffle.storage.shared_io import describe
-from hpcshuffle.storage.store import StoreError
-from hpcshuffle.training.checkpoint import (
-    EXIT_CODE_FILE,
-    PEER_LOST_EXIT_CODE,
-    PREEMPT_EXIT_CODE,
-    Checkpointer,
-    Preempted,
-    Preemption,
-    RankState,
-)
+from hpcshuffle.training.checkpoint import Checkpointer, Preemption, RankState
+from hpcshuffle.training.failure import fail
 from hpcshuffle.training.learner import Learner, pick_device
-from hpcshuffle.training.metrics import (
-    TABLE_HEADER,
-    RankEpoch,
-    append_jsonl,
-    reduce_epoch,
-    table_row,
-)
+from hpcshuffle.training.metrics import TABLE_HEADER, RankEpoch, reduce_epoch
 from hpcshuffle.training.optim import learning_rate
-from hpcshuffle.training.sinks import WandbSink
+from hpcshuffle.training.run import (
+    open_codec,
+    plan_spec,
+    replay_plans,
+    run_identity,
+)
+from hpcshuffle.training.sinks import WandbSink, write_epoch
 
 RUN_ID_VARIABLE = "HPCSHUFFLE_RUN_ID"
 # `${run_id:}` in conf/config.yaml: the launching process's time, shared by every rank and job
 OmegaConf.register_new_resolver(
     "run_id", lambda: os.environ.get(RUN_ID_VARIABLE) or time.strftime("%Y-%m-%d_%H-%M-%S"), replace=True
 )
-
-USER_ERRORS = (ConfigError, DatasetError, StoreError, ExchangeError)
-ABORT_GRACE_S = 0.5  # how long a failing rank waits, after printing its error, before MPI_Abort
-QUIET_GRACE_S = 3.0  # ...and one that left the printing to another survivor: that one aborts first
 # absolute, so `python -m hpcshuffle.train` and the `hpcshuffle train` console script find it alike
 CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
@@ -100,37 +82,18 @@ class Trainer:
         self.workers = virtual or world.size
         train_catalog, val_catalog = prepare_dataset(world, config)
         self.shared = describe(train_catalog) if world.is_root else None  # for rank 0's metrics.jsonl
-        ranks_per_node = config.ranks_per_node(*node_size(world, config.storage.ranks_per_node), self.workers)
-        try:
-            self.spec = PlanSpec(len(train_catalog), self.workers, config.batch_size, config.shuffle.q, config.seed,
-                                 ranks_per_node, config.storage.partition, shard_samples(config, train_catalog),
-                                 config.shuffle.buffer)
-            next(plan_epochs(self.spec, config.shuffle.name, 1))  # a plan that cannot be made fails here, named
-        except (ValueError, DatasetError) as err:
-            raise ConfigError(str(err), collective=True) from err
-        self.scope = "node" if ranks_per_node > 1 else "rank"
+        self.spec = plan_spec(world, config, train_catalog, self.workers)
+        self.scope = "node" if self.spec.ranks_per_node > 1 else "rank"
         sharded = self.spec.shard_samples > 1 and world.is_root
         self.shard_note = shard_summary(self.spec, train_catalog) if sharded else ""
-        identity = {
-            "shuffle": config.shuffle.name, "num_samples": self.spec.num_samples, "num_ranks": self.workers,
-            "ranks_per_node": ranks_per_node, "processes": world.size, "batch_size": config.batch_size,
-            "q": config.shuffle.q, "seed": config.seed, "partition": config.storage.partition,
-            "shard_samples": self.spec.shard_samples, "shuffle_buffer": self.spec.shuffle_buffer,
-            "dataset": train_catalog.fingerprint(),
-        }
+        identity = run_identity(world, config, self.spec, train_catalog)
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
         resumed = self.checkpointer.find()
         self.start_epoch, self.start_step = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
-        # one replay of the plans from epoch 0: a resumed run's earlier epochs give the partition
-        # it resumes with and, on rank 0, the shuffle quality (analysis/quality.py) so far
         self.mixing = PairMixing(self.spec.num_samples, self.workers, seed=config.seed) if world.is_root else None
-        self.plans = plan_epochs(self.spec, config.shuffle.name, config.epochs)
-        for past in itertools.islice(self.plans, self.start_epoch):
-            if self.mixing is not None:
-                self.mixing.add_epoch(past.order)
+        self.plans = replay_plans(self.spec, config.shuffle.name, config.epochs, self.start_epoch, self.mixing)
         first_plan = self.first_plan = next(self.plans)
-        codec = on_all(world, lambda: get_format(config.dataset.format).codec(
-            config.dataset.root, train_catalog, config.dataset.options), DatasetError, ValueError, OSError)
+        codec = open_codec(world, config, train_catalog)
         plan_key = config_digest(f"{train_catalog.fingerprint()} {self.spec} {config.shuffle.name}")
         self.data = build_data_path(RunContext(
             world, config, self.spec, train_catalog, codec, plan_key, first_plan, self.start_step,
@@ -146,14 +109,8 @@ class Trainer:
         self.carried: RankState | None = None  # the interrupted epoch's progress, when resuming inside one
         if resumed:
             self.carried = self.checkpointer.restore(resumed, self.learner.model, self.learner.optimizer)
-        val_order = EpochOrder()
-        val_order.set_order(torch.arange(world.rank, len(val_catalog), world.size).numpy())
-        loader = config.loader
-        self.val_loader = make_loader(
-            Samples(val_catalog, codec, None, train=False, on_error=loader.on_error,
-                    io_threads=loader.io_threads, decode_threads=loader.decode_threads), val_order,
-            2 * config.batch_size, loader.workers, pin_memory=device.type == "cuda",
-        )
+        self.val_loader = validation_loader(val_catalog, codec, world.rank, world.size, 2 * config.batch_size,
+                                            config.loader, pin_memory=device.type == "cuda")
 
     def run(self) -> None:
         config, world = self.config, self.world
@@ -171,13 +128,7 @@ class Trainer:
             row, trained, stopped = self.train_epoch(plan, first_step)
             if stopped is not None:
                 path = self.save_checkpoint(epoch, stopped, row, trained)
-                signals = world.comm.gather(self.preemption.signalled, root=0) or []
-                got = ", ".join(f"{name} on rank {rank}" for rank, name in enumerate(signals) if name)
-                raise Preempted(
-                    f"stopped at epoch {epoch}, step {stopped} on request ({got}); checkpoint {path}; "
-                    "run the same command again (same run directory) to continue, as jobs/train.sbatch "
-                    "does after requeueing"
-                )
+                raise self.preemption.stopped(epoch, stopped, path)
             self.peers.at(epoch)
             self.record(plan, row, trained, self.learner.validate(self.val_loader))
             chaos.point(world.rank, epoch, "before_checkpoint")
@@ -253,13 +204,7 @@ class Trainer:
         if self.world.size < self.workers:
             record["virtual_workers"] = True
         record.update(self.data.record_extras(record["samples"]))
-        append_jsonl(self.run_dir / "metrics.jsonl", record)
-        for rank, (held_ids, trained_ids) in enumerate(worker for process in audits or [] for worker in process):
-            append_jsonl(self.run_dir / "audit.jsonl",
-                         {"epoch": plan.epoch, "rank": rank, "held": held_ids, "trained": trained_ids})
-        print(table_row(record), flush=True)
-        if self.sink:
-            self.sink.log(record)
+        write_epoch(self.run_dir, record, audits, self.sink)
 
     def close(self) -> None:
         if self.sink:
@@ -268,81 +213,6 @@ class Trainer:
         self.peers.close()
         if dist.is_initialized():
             dist.destroy_process_group()
-
-
-def fail(world: World, err: BaseException, run_dir: Path | None = None) -> None:
-    """Report an error and end this rank without leaving the others hanging.
-
-    Exit codes: 75 preempted and 76 a peer lost (the job script requeues on both), 2 bad input,
-    1 a bug (with its traceback). A rank that aborts the job also writes its code to
-    `<run_dir>/.exit_code` (the first such rank: the cause, not the aborts that follow), since
-    srun reports an aborted job's tasks as killed whatever code MPI_Abort was given.
-    """
-    collective = getattr(err, "collective", False)
-    if isinstance(err, Preempted):
-        if world.is_root:
-            print(f"hpcshuffle: {err}", file=sys.stderr, flush=True)
-        sys.exit(PREEMPT_EXIT_CODE)
-    reporter = getattr(err, "reporter", True)
-    if isinstance(err, PeerLost):  # before USER_ERRORS: an exchange's stall is both
-        if reporter:
-            print(f"hpcshuffle: peer lost, on rank {world.rank}: {err}", file=sys.stderr, flush=True)
-        code = PEER_LOST_EXIT_CODE
-    elif isinstance(err, USER_ERRORS):
-        if world.is_root or not collective:
-            where = "" if collective else f" on rank {world.rank}"
-            print(f"hpcshuffle: error{where}: {err}", file=sys.stderr, flush=True)
-        code = 2
-    else:
-        traceback.print_exc()
-        code = 1
-    if world.size > 1 and not collective:
-        if run_dir is not None and run_dir.is_dir():
-            record_exit_code(run_dir, code)
-        # mpiexec kills every rank at once on an abort, and what a rank printed just before can be
-        # lost in the launcher's forwarding (1 run in 12 here): give it time to pass the message on
-        time.sleep(ABORT_GRACE_S if reporter else QUIET_GRACE_S)
-        world.comm.Abort(code)  # the other ranks may be waiting in a collective: end them too
-    if os.environ.get("SUBMITIT_EXECUTOR"):
-        # a job of a Slurm sweep (hydra/launcher=slurm): submitit reports a raised error as the
-        # job's result; after an exit it would have none and, without sacct, wait for one forever
-        raise RuntimeError(f"hpcshuffle: {err}") from None
-    sys.exit(code)
-
-
-def record_exit_code(run_dir: Path, code: int) -> None:
-    """Write `code` to <run_dir>/.exit_code unless a rank wrote one first (O_EXCL: the first wins)."""
-    try:
-        fd = os.open(run_dir / EXIT_CODE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except OSError:  # written already, or the run directory is unwritable: srun's code stands
-        return
-    with os.fdopen(fd, "w") as out:
-        out.write(f"{code}\n")
-
-
-def shard_samples(config: RunConfig, catalog: Catalog) -> int:
-    """The plan's G: samples per shard with shuffle.unit=shard (the packed dataset's), else 1."""
-    if config.shuffle.unit != "shard":
-        return 1
-    if not isinstance(catalog, ShardedCatalog):
-        raise ConfigError(
-            f"shuffle.unit=shard moves whole shards, but dataset.format={config.dataset.format} keeps one record "
-            "per sample: pack the dataset into shards (hpcshuffle pack) and use dataset.format=webdataset, "
-            "or set shuffle.unit=sample"
-        )
-    return catalog.uniform_shard_samples()
-
-
-def shard_summary(spec: PlanSpec, catalog: ShardedCatalog) -> str:
-    """What shuffle.unit=shard plans move and what the buffer's order stands for, in bytes."""
-    sample_bytes = sum(catalog.sample_nbytes(i) for i in range(len(catalog))) / len(catalog)
-    buffer = spec.shuffle_buffer
-    order = (f"shuffle.buffer={buffer} samples: the order a streaming reader holding "
-             f"{buffer * sample_bytes / 1e6:.1f} MB would give (the loader reads each sample from the "
-             "node-local store when its turn comes)"
-             if buffer else "shuffle.buffer=0: a full shuffle of what each node holds")
-    return (f"shuffle.unit=shard: whole shards of {spec.shard_samples} samples "
-            f"({spec.shard_samples * sample_bytes / 1e6:.1f} MB) are staged and moved as packs; {order}")
 
 
 def run(cfg: DictConfig, world: World, run_dir: Path) -> None:

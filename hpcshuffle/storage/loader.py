@@ -30,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
+from hpcshuffle.config.groups import LoaderConfig
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
@@ -330,4 +331,17 @@ def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: in
         drop_last=False,
         collate_fn=collate_skipping,
         worker_init_fn=ignore_stop_signals if workers > 0 else None,
+    )
+
+
+def validation_loader(catalog: Catalog, codec: Codec, rank: int, num_ranks: int, batch_size: int,
+                      loader: LoaderConfig, pin_memory: bool) -> DataLoader:
+    """The validation split as rank `rank` of `num_ranks` reads it: every `num_ranks`-th sample from
+    `rank` on, in id order and unaugmented, from shared storage."""
+    order = EpochOrder()
+    order.set_order(torch.arange(rank, len(catalog), num_ranks).numpy())
+    return make_loader(
+        Samples(catalog, codec, None, train=False, on_error=loader.on_error,
+                io_threads=loader.io_threads, decode_threads=loader.decode_threads), order,
+        batch_size, loader.workers, pin_memory=pin_memory,
     )

@@ -242,6 +242,17 @@ class Preemption:
         self._request = self.comm.Iallreduce(self._flag, self._agreed, op=MPI.MAX)
         return False
 
+    def stopped(self, epoch: int, step: int, checkpoint: Path) -> Preempted:
+        """Collective, once `poll` said stop and `checkpoint` is written: the error that ends the run,
+        naming the signal each rank received and how to continue."""
+        signals = self.comm.gather(self.signalled, root=0) or []
+        got = ", ".join(f"{name} on rank {rank}" for rank, name in enumerate(signals) if name)
+        return Preempted(
+            f"stopped at epoch {epoch}, step {step} on request ({got}); checkpoint {checkpoint}; "
+            "run the same command again (same run directory) to continue, as jobs/train.sbatch "
+            "does after requeueing"
+        )
+
     def close(self) -> None:
         if self._request is not None:
             self._request.Wait()

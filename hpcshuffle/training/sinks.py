@@ -1,5 +1,6 @@
-"""wandb logging, in addition to metrics.jsonl: offline unless WANDB_MODE says otherwise, and never
-the reason a run fails or waits (no network on compute nodes is the usual case).
+"""Where rank 0 puts an epoch's record: metrics.jsonl (and audit.jsonl's rows), the printed table,
+and wandb. wandb logging is in addition to metrics.jsonl: offline unless WANDB_MODE says otherwise,
+and never the reason a run fails or waits (no network on compute nodes is the usual case).
 """
 
 from __future__ import annotations
@@ -7,6 +8,8 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
+
+from hpcshuffle.training.metrics import append_jsonl, table_row
 
 
 def flatten(record: dict, prefix: str = "") -> dict:
@@ -57,3 +60,16 @@ class WandbSink:
                 self.run.finish()
             except Exception as err:  # noqa: BLE001
                 self.warn(err)
+
+
+def write_epoch(run_dir: Path, record: dict, audits: list | None, sink: WandbSink | None) -> None:
+    """Rank 0's outputs of one epoch: its metrics.jsonl record, its audit.jsonl rows (`audits`: per
+    process, per worker it trains, the ids held at the epoch's start and those trained on; None
+    without `audit`), its line of the printed table, and its wandb log."""
+    append_jsonl(run_dir / "metrics.jsonl", record)
+    for rank, (held_ids, trained_ids) in enumerate(worker for process in audits or [] for worker in process):
+        append_jsonl(run_dir / "audit.jsonl",
+                     {"epoch": record["epoch"], "rank": rank, "held": held_ids, "trained": trained_ids})
+    print(table_row(record), flush=True)
+    if sink:
+        sink.log(record)

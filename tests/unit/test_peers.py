@@ -17,8 +17,8 @@ from hpcshuffle.comm.peers import Peers, ranks_text, roll_call, silent_peer
 from hpcshuffle.comm.transport import ExchangeStalled
 from hpcshuffle.comm.world import World
 from hpcshuffle.errors import ConfigError, PeerLost
-from hpcshuffle.train import fail
 from hpcshuffle.training.checkpoint import PEER_LOST_EXIT_CODE
+from hpcshuffle.training.failure import fail
 
 # what gloo raised here: a frozen peer (world.timeout_s=8), then a killed one
 GLOO_TIMEOUT = ("[/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
