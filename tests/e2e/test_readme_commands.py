@@ -32,6 +32,8 @@ def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
     rows = {line.split()[0]: line.split() for line in table.splitlines()[3:] if len(line.split()) == 14}
     assert set(rows) == {"global", "local", "partial"}
     assert rows["local"][8] == "1.00"  # the "vs LS" column of LS itself
+    for title in ("validation score per epoch", "shuffle quality per epoch"):  # each table once
+        assert table.count(title) == 1, table
     runs = {name: read_jsonl(REPO / "results" / "demo" / name / "metrics.jsonl") for name in rows}
     assert all(len(records) == 4 for records in runs.values())
     assert all(r["samples"]["read_shared"] == 0 for r in runs["local"] + runs["partial"])
