@@ -51,6 +51,7 @@ from shared_io import (  # benchmarks/shared_io.py
     Source,
     check_counts,
     make_cold,
+    on_shared_volume,
     pass_table,
     read_options,
     read_pass,
@@ -62,7 +63,7 @@ from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.formats import webdataset
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_volume
+from hpcshuffle.storage.shared_io import direct_io, mount_of
 
 
 def shard_dataset(images: Catalog, shard_samples: int, seed: int) -> webdataset.WebDatasetCatalog:
@@ -118,11 +119,7 @@ def main() -> None:
     check_counts(parser, args,
                  ("samples", "shard_samples", "passes", "threads", "repeats", "workers", "epochs", "batch"))
 
-    with shared_volume() as (mount, found):  # stopped after when it was started here
-        if mount is None:
-            sys.exit(f"benchmarks/shards.py needs the GlusterFS volume mounted: {found}. "
-                     f"Start it as root with `{START_HINT}` (see scripts/shared_fs.sh), then run this again.")
-        measure(args, mount, found)
+    on_shared_volume("benchmarks/shards.py", measure, args)
 
 
 def measure(args: argparse.Namespace, mount: Path, found: str) -> None:

@@ -189,9 +189,16 @@ def main() -> None:
     args = parser.parse_args()
     check_counts(parser, args, ("samples", "passes", "threads", "repeats"))
 
-    with shared_volume() as (mount, found):  # stopped after when it was started here
+    on_shared_volume("benchmarks/shared_io.py", measure, args)
+
+
+def on_shared_volume(script: str, measure: Callable[[argparse.Namespace, Path, str], None],
+                     args: argparse.Namespace) -> None:
+    """`measure(args, mount, how it was found)` on the GlusterFS volume, which is stopped after when it
+    was started here (as root); without it, exit naming how to start it."""
+    with shared_volume() as (mount, found):
         if mount is None:
-            sys.exit(f"benchmarks/shared_io.py needs the GlusterFS volume mounted: {found}. "
+            sys.exit(f"{script} needs the GlusterFS volume mounted: {found}. "
                      f"Start it as root with `{START_HINT}` (see scripts/shared_fs.sh), then run this again.")
         measure(args, mount, found)
 
