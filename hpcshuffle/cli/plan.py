@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 import numpy as np
 
+from hpcshuffle.analysis.labels import balanced_labels, labels_from_counts, plan_quality
+from hpcshuffle.errors import ConfigError
 from hpcshuffle.plan import (
     PARTITIONS,
     STRATEGIES,
@@ -35,6 +38,14 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--buffer", type=int, default=0, metavar="B",
                       help="read each node's shards through a shuffle buffer of B samples (shuffle.buffer); 0: full shuffle")
     plan.add_argument("--json", action="store_true", help="per epoch and rank: ids held and order")
+    plan.add_argument("--quality", action="store_true",
+                      help="per epoch: the shuffle quality instead (pair mixing, and label skew from --classes "
+                           "or --label-counts); with --json as JSON")
+    labels = plan.add_mutually_exclusive_group()
+    labels.add_argument("--classes", type=int, default=None, metavar="C",
+                        help="with --quality: C balanced classes, ids class by class as an ImageFolder lists them")
+    labels.add_argument("--label-counts", default=None, metavar="FILE",
+                        help="with --quality: a JSON list of per-class sample counts in class order (they sum to N)")
     plan.set_defaults(run=cmd_plan)
 
 
@@ -42,8 +53,47 @@ def cmd_plan(args: argparse.Namespace) -> None:
     q = get_strategy(args.shuffle).q_for(args.q)
     spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node, args.partition,
                     args.shard_samples, args.buffer)
+    if args.quality:
+        quality = plan_quality(spec, args.shuffle, args.epochs, quality_labels(args))
+        print(json.dumps({"epochs": quality}) if args.json else quality_table(quality))
+        return
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
+
+
+def quality_labels(args: argparse.Namespace) -> np.ndarray | None:
+    """The labels `--classes` or `--label-counts` give, checked against --samples; None without either."""
+    if args.classes is not None:
+        return balanced_labels(args.samples, args.classes)
+    if args.label_counts is None:
+        return None
+    try:
+        counts = json.loads(Path(args.label_counts).read_text())
+    except (OSError, ValueError) as err:
+        raise ConfigError(f"--label-counts {args.label_counts}: cannot read a JSON list of counts ({err})") from err
+    labels = labels_from_counts(counts)
+    if labels.size != args.samples:
+        raise ConfigError(f"--label-counts {args.label_counts} sums to {labels.size} samples, --samples is "
+                          f"{args.samples}; give the same N to both")
+    return labels
+
+
+def quality_table(rows: list[dict]) -> str:
+    header = f"{'epoch':>5} {'mixing':>7}"
+    labelled = "labels" in rows[0]["mixing"]
+    if labelled:
+        header += f" {'same_class':>10} {'global_batch':>12} {'excess':>7} {'partition_tv':>12} {'tv_max':>7}"
+    lines = [header]
+    for row in rows:
+        line = f"{row['epoch']:>5} {row['mixing']['quality']:>7.3f}"
+        if labelled:
+            skew = row["mixing"]["labels"]
+            line += (f" {skew['same_class']:>10.4f} {skew['global_batch']:>12.4f} {skew['excess']:>7.4f} "
+                     f"{skew['partition_tv']:>12.4f} {skew['partition_tv_max']:>7.4f}")
+        lines.append(line)
+    if not labelled:
+        lines.append("label skew: give the labels with --classes C or --label-counts FILE")
+    return "\n".join(lines)
 
 
 def plan_summary(plans: list[EpochPlan]) -> str:
