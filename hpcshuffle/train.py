@@ -24,7 +24,6 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.comm import chaos
 from hpcshuffle.comm.peers import Peers
 from hpcshuffle.comm.world import (
@@ -53,6 +52,7 @@ from hpcshuffle.training.run import (
     plan_spec,
     replay_plans,
     run_identity,
+    shuffle_quality,
 )
 from hpcshuffle.training.sinks import WandbSink, write_epoch
 
@@ -90,8 +90,9 @@ class Trainer:
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
         resumed = self.checkpointer.find()
         self.start_epoch, self.start_step = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
-        self.mixing = PairMixing(self.spec.num_samples, self.workers, seed=config.seed) if world.is_root else None
-        self.plans = replay_plans(self.spec, config.shuffle.name, config.epochs, self.start_epoch, self.mixing)
+        self.quality = shuffle_quality(config, self.spec, train_catalog) if world.is_root else None
+        self.plans = replay_plans(self.spec, config.shuffle.name, config.epochs, self.start_epoch,
+                                  self.quality.mixing if self.quality else None)
         first_plan = self.first_plan = next(self.plans)
         codec = open_codec(world, config, train_catalog)
         plan_key = config_digest(f"{train_catalog.fingerprint()} {self.spec} {config.shuffle.name}")
@@ -198,7 +199,7 @@ class Trainer:
             "iterations": self.spec.iterations, "lr": row.lr,
             **scores,
             **reduce_epoch(rows, config.logger.step_loss),
-            "mixing": self.mixing.add_epoch(plan.order), "shared": self.shared,
+            "mixing": self.quality.add_epoch(plan.order), "shared": self.shared,
             "hosts": self.peers.hosts,  # rank r ran on hosts[r]
         }
         if self.world.size < self.workers:

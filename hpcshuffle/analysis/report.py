@@ -134,6 +134,12 @@ def mixing_quality(record: dict) -> float | None:
     return (record.get("mixing") or {}).get("quality")
 
 
+def label_skew(record: dict) -> float | None:
+    """The epoch's label skew: how much more often two samples of a worker's batch share a class than
+    two of the global batch (`mixing.labels.excess`, analysis/labels.py)."""
+    return ((record.get("mixing") or {}).get("labels") or {}).get("excess")
+
+
 def curves(runs: dict[str, list[dict]], metric) -> dict[str, dict[int, float]]:
     """label → {epoch: metric(record)}, leaving out epochs where `metric` gives None."""
     return {
@@ -160,18 +166,22 @@ def _score_units(runs: dict[str, list[dict]]) -> str:
 
 
 def curve_tables(run_dirs: list[Path]) -> str:
-    """The validation curves table, and the shuffle-quality one when any run records `mixing`."""
+    """The validation curves table, and the shuffle-quality and label-skew ones when any run records them."""
     runs = load_runs(run_dirs)
     title = f"validation score per epoch ({_score_units(runs)})"
     tables = [curve_table(title, curves(runs, score_value), digits=2)]
     quality = curves(runs, mixing_quality)
     if any(quality.values()):
         tables.append(curve_table("shuffle quality per epoch (mixing.quality)", quality, digits=3))
+    skew = curves(runs, label_skew)
+    if any(skew.values()):
+        tables.append(curve_table("label skew per epoch (mixing.labels.excess; 0: as global shuffling)", skew,
+                                  digits=3))
     return "\n\n".join(tables)
 
 
 def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -> list[Path]:
-    """breakdown.png, accuracy.png and, when any run records `mixing`, quality.png in `plot_dir`
+    """breakdown.png, accuracy.png and, when runs record them, quality.png and label_skew.png in `plot_dir`
     (created if missing); returns the paths written."""
     from hpcshuffle.analysis.plots import plot_breakdown, plot_curves
 
@@ -187,7 +197,11 @@ def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -
     quality = curves(runs, mixing_quality)
     if any(quality.values()):
         paths.append(plot_dir / "quality.png")
-        plot_curves(quality, "shuffle quality (mixing.quality)", paths[2])
+        plot_curves(quality, "shuffle quality (mixing.quality)", paths[-1])
+    skew = curves(runs, label_skew)
+    if any(skew.values()):
+        paths.append(plot_dir / "label_skew.png")
+        plot_curves(skew, "label skew (mixing.labels.excess)", paths[-1])
     return paths
 
 
@@ -195,7 +209,7 @@ def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -
 
 SUMMARY_COLUMNS = (
     "run", "shuffle", "q", "workers", "partition", "batch_size", "model", "dataset", "seed",
-    "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score", "mixing",
+    "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score", "mixing", "label_skew",
     "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "util", "sent_per_epoch", "read_shared_per_epoch",
 )
 
@@ -237,6 +251,7 @@ def run_row(run_dir: Path, name: str) -> dict:
         "final_score": final_score,
         "best_score": max(scores) if scores else None,
         "mixing": mixing_quality(last),
+        "label_skew": label_skew(last),
     }
     means = steady_means(records, skip_first=True) if records else {}
     for phase in PHASES:

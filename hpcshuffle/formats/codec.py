@@ -72,9 +72,12 @@ class DatasetFormat:
         codec: `codec(root, train_catalog, options)` builds the decoder for this dataset.
         synthesize: `synthesize(out, *, seed, progress, **spec)` writes a learnable synthetic
             dataset in this layout and returns its root; `spec` is `dataset.synthesize`.
+        class_labels: whether `Catalog.labels` are the samples' classes (False where the labels
+            live inside the files, as DeepCAM's per-pixel masks: the listing's labels are all 0).
     """
 
     splits: tuple[str, str]
     scan: Callable[[Path, str], Catalog]
     codec: Callable[[Path, Catalog, DatasetOptions], Codec]
     synthesize: Callable[..., Path]
+    class_labels: bool = True

@@ -282,4 +282,4 @@ def synthesize(
     return out
 
 
-FORMAT = DatasetFormat(SPLITS, scan, make_codec, synthesize)
+FORMAT = DatasetFormat(SPLITS, scan, make_codec, synthesize, class_labels=False)

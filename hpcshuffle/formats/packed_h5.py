@@ -157,4 +157,4 @@ def synthesize(
     return out
 
 
-FORMAT = DatasetFormat(SPLITS, scan, deepcam.make_codec, synthesize)
+FORMAT = DatasetFormat(SPLITS, scan, deepcam.make_codec, synthesize, class_labels=False)

@@ -128,7 +128,7 @@ def drop_epochs_from(path: Path, epoch: int) -> int:
 
 TABLE_HEADER = (
     f"{'epoch':>5} {'io':>8} {'exchange':>9} {'fwbw':>8} {'allreduce':>9} {'epoch_s':>8} {'util':>5} "
-    f"{'loss':>7} {'val':>8} {'sent':>7} {'recv':>7} {'shared':>7}"
+    f"{'loss':>7} {'val':>8} {'sent':>7} {'recv':>7} {'shared':>7} {'skew':>6}"
 )
 
 
@@ -145,8 +145,15 @@ def table_row(record: dict) -> str:
         f"{record['epoch']:>5} {seconds['io']['mean']:>8.2f} {seconds['exchange']['mean']:>9.2f} "
         f"{seconds['fwbw']['mean']:>8.2f} {seconds['allreduce']['mean']:>9.2f} "
         f"{seconds['epoch']['max']:>8.2f} {record_util(record):>5.0%} {record['train_loss']:>7.3f} "
-        f"{validation_score(record):>8.2f} {samples['sent']:>7} {samples['received']:>7} {samples['read_shared']:>7}"
+        f"{validation_score(record):>8.2f} {samples['sent']:>7} {samples['received']:>7} {samples['read_shared']:>7} "
+        f"{label_skew_text(record):>6}"
     )
+
+
+def label_skew_text(record: dict) -> str:
+    """The epoch's label skew (`mixing.labels.excess`, analysis/labels.py) as the table prints it; "-" without labels."""
+    skew = (record.get("mixing") or {}).get("labels")
+    return f"{skew['excess']:.3f}" if skew else "-"
 
 
 __all__ = [

@@ -7,6 +7,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
+import numpy as np
+
+from hpcshuffle.analysis.labels import NO_LABELS, EpochQuality, LabelSkew
 from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.comm.world import World, node_size, on_all
 from hpcshuffle.config import RunConfig
@@ -41,6 +44,18 @@ def run_identity(world: World, config: RunConfig, spec: PlanSpec, catalog: Catal
         "shard_samples": spec.shard_samples, "shuffle_buffer": spec.shuffle_buffer,
         "dataset": catalog.fingerprint(),
     }
+
+
+def shuffle_quality(config: RunConfig, spec: PlanSpec, catalog: Catalog) -> EpochQuality:
+    """Rank 0's `mixing` of every epoch: pair mixing, and label skew where the dataset's listing holds
+    its classes (said once when it does not)."""
+    skew = None
+    if get_format(config.dataset.format).class_labels:
+        skew = LabelSkew(np.asarray(catalog.labels, dtype=np.int64), config.batch_size)
+    else:
+        print(f"shuffle quality: dataset format {config.dataset.format} {NO_LABELS} (they are inside the "
+              "files), so metrics.jsonl records pair mixing and no label skew", flush=True)
+    return EpochQuality(PairMixing(spec.num_samples, spec.num_ranks, seed=config.seed), skew)
 
 
 def replay_plans(spec: PlanSpec, shuffle: str, epochs: int, start_epoch: int,

@@ -149,3 +149,17 @@ def test_breakdown_shows_utilisation_with_its_rank_range_and_runs_without_util_s
         assert [row["util"] for row in csv.DictReader(table)] == ["0.6667", "0.6500"]
     main(["report", str(runs[1]), str(measured), "--plot", str(tmp_path / "figures")])
     assert (tmp_path / "figures" / "breakdown.png").read_bytes()[:8] == PNG_MAGIC
+
+
+def test_label_skew_table_follows_when_runs_record_labels(tmp_path):
+    skews = [0.55, 0.3, 0.1]
+    run = write_run(tmp_path, "pls", [record(e, "partial", 0.1, 50.0, mixing={"quality": 0.5, "labels": {"excess": x}})
+                                      for e, x in enumerate(skews)])
+    tables = curve_tables([run]).split("\n\n")
+    assert len(tables) == 3 and tables[2].splitlines() == [
+        "label skew per epoch (mixing.labels.excess; 0: as global shuffling)",
+        "epoch partial-0.1",
+        "    0       0.550",
+        "    1       0.300",
+        "    2       0.100",
+    ]

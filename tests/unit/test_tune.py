@@ -111,6 +111,7 @@ def test_collect_row(tmp_path):
         "run": "3-partial-q0.3", "shuffle": "partial", "q": 0.3, "workers": 4, "partition": None, "batch_size": 32,
         "model": "resnet50", "dataset": "imagefolder", "seed": 7, "epochs_done": 3, "epochs_planned": 3,
         "complete": True, "score_name": "val_top1", "final_score": 79.5, "best_score": 79.5, "mixing": None,
+            "label_skew": None,
         "epoch_s": 12.0, "io_s": 6.0, "exchange_s": 6.0, "fwbw_s": 6.0, "allreduce_s": 6.0,  # epoch 0 left out
         "util": 1.0, "sent_per_epoch": 300.0, "read_shared_per_epoch": 0.0,
     })
