@@ -27,15 +27,19 @@ import argparse
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
+import yaml
 from common import REPO, records, strategy_overrides
 
 from hpcshuffle.analysis.intervals import interval95
+from hpcshuffle.analysis.labels import balanced_labels, plan_quality, predict_q
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import (
@@ -45,7 +49,7 @@ from hpcshuffle.analysis.study import (
     summary,
 )
 from hpcshuffle.analysis.tune import tune_q, tune_table
-from hpcshuffle.plan import with_role
+from hpcshuffle.plan import PlanSpec, with_role
 from hpcshuffle.training.metrics import validation_score
 
 # 4,096 synthetic 32×32 images of 20 close classes (class after class on disk, as an ImageFolder
@@ -56,6 +60,7 @@ DEFAULT_OVERRIDES = [
     "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0", "batch_size=8", "loader.workers=1", "optim.lr=0.05",
     "optim.reference_batch=128", "optim.schedule=cosine", "optim.warmup=2",
 ]
+SKEW_TOLERANCE = 0.01  # tune-q --predict's default: label skew a q may exceed global shuffling's by
 STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "partial-1"]
 
 
@@ -118,6 +123,59 @@ def _strategy_of(row: dict) -> str:
     return f"partial-{row['q']:g}" if row["strategy"] == "partial" else row["strategy"]
 
 
+def run_plan(run_dir: Path) -> tuple[PlanSpec, int, object]:
+    """(the run's plan spec, its epochs, its training labels): a plan is a pure function of the run's
+    config, and the study's synthetic ImageFolder lists its C balanced classes class by class."""
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    run = records(run_dir)
+    first = run[0]
+    labels = balanced_labels(first["num_samples"], config["dataset"]["synthesize"]["classes"])
+    spec = PlanSpec(first["num_samples"], first["workers"], first["batch_size"], first["q"], config["seed"],
+                    first["ranks_per_node"], first["partition"], first["shard_samples"], first["shuffle_buffer"])
+    return spec, len(run), labels
+
+
+def replayed_label_skew(run_dir: Path) -> list[float]:
+    """The label skew (mixing.labels.excess) of each epoch of a run, replayed from its plan, so runs
+    trained before label skew was recorded get it too."""
+    spec, epochs, labels = run_plan(run_dir)
+    first = records(run_dir)[0]
+    return [epoch["mixing"]["labels"]["excess"] for epoch in plan_quality(spec, first["shuffle"], epochs, labels)]
+
+
+def predicted_q(out: Path, cell: dict, strategies: list[str], tolerance: float) -> dict:
+    """`hpcshuffle tune-q --predict` for one (partition, workers) of the study, from the plan of its first
+    run (seed 0's), with the study's candidate q: the answer to hold against the trained one."""
+    spec, epochs, labels = run_plan(cell_dir(out, cell["partition"], cell["workers"], strategies[0]) / "seed0")
+    candidates = [0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
+                  if s == "local" or s.startswith("partial-")]
+    return predict_q(replace(spec, seed=0), epochs, labels, candidates, tolerance)
+
+
+def with_label_skew(rows: list[dict], run_dirs: list[Path]) -> list[dict]:
+    """`rows` (collect's, in `run_dirs` order) with each run's final label skew and its mean over the
+    first quarter of the epochs, replayed from the plan; a run that recorded it must agree."""
+    for row, run_dir in zip(rows, run_dirs):
+        skew = replayed_label_skew(run_dir)
+        if row.get("label_skew") is not None and abs(row["label_skew"] - skew[-1]) > 1e-6:
+            raise RuntimeError(f"{run_dir}: recorded label skew {row['label_skew']} but its plan gives {skew[-1]}")
+        row["label_skew"] = skew[-1]
+        row["label_skew_early"] = round(statistics.fmean(skew[: max(1, len(skew) // 4)]), 6)
+    return rows
+
+
+def runs_of(rows: list[dict], result: dict) -> list[dict]:
+    """Per run: its point, seed, final top-1, gap to global's mean, mixing and label skew (final, early)."""
+    reference = {(r["partition"], r["workers"]): r["top1_mean"] for r in result["rows"]
+                 if r["strategy"] == with_role("reference").name}
+    return [{"partition": row.get("partition") or "random", "workers": row["workers"], "strategy": row["shuffle"],
+             "q": row["q"], "seed": row["seed"], "top1": round(row["final_score"], 3),
+             "gap": round(row["final_score"] - base, 3) if (base := reference.get(
+                 (row.get("partition") or "random", row["workers"]))) is not None else None,
+             "mixing": row["mixing"], "label_skew": row["label_skew"], "label_skew_early": row["label_skew_early"]}
+            for row in rows if row["complete"]]
+
+
 def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
     out, kind = Path(args.out), "virtual workers"
     for partition in args.partitions:
@@ -151,12 +209,27 @@ def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
         plot_curves(recovery, "final validation top-1 (%)", figures / f"q_recovery_{partition}.png",
                     xlabel="exchange fraction q (0: local shuffling)",
                     title=f"{partition} partition: what q wins back (95 % intervals)", bands=recovery_bands)
-    found_pairs = quality_vs_gap(rows, points(rows))
-    groups = {p: [(x, y) for x, y, part in found_pairs if part == p] for p in args.partitions}
-    r = result["quality_vs_gap"]["pearson_r"]
-    plot_scatter(groups, "final shuffle quality (mixing, 1 = global)", "top-1 minus global's mean (points)",
-                 figures / "quality_vs_gap.png",
-                 title=f"quality vs gap to global: Pearson r = {r}, {len(found_pairs)} runs")
+    found = points(rows)
+    for measure, name, xlabel in (("label_skew", "quality_vs_gap.png", "final label skew (same-class excess, 0 = global)"),
+                                  ("mixing", "mixing_vs_gap.png", "final shuffle quality (mixing, 1 = global)")):
+        found_pairs = quality_vs_gap(rows, found, measure)
+        if not found_pairs:
+            continue
+        corr = result["quality_vs_gap"] if measure == "mixing" else result["quality_vs_gap"][measure]
+        groups = {p: [(x, y) for x, y, part in found_pairs if part == p] for p in args.partitions}
+        plot_scatter(groups, xlabel, "top-1 minus global's mean (points)", figures / name,
+                     title=f"{measure} vs gap to global: Pearson r = {corr['pearson_r']}, {len(found_pairs)} runs")
+
+
+def prediction_lines(result: dict) -> str:
+    """Per cell, q from the plan alone (tune-q --predict) beside q from training."""
+    lines = [f"q without training (tune-q --predict, label skew at the last epoch within {SKEW_TOLERANCE} of "
+             "global's) against the trained answer (the smallest q whose 95 % interval reaches global's)"]
+    for cell in result["cells"]:
+        predicted, trained = (("none" if q is None else f"{q:g}")
+                              for q in (cell["predicted_q"], cell["smallest_q_reaching_global"]))
+        lines.append(f"{cell['partition']} M={cell['workers']}: predicted q={predicted}, trained q={trained}")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -204,15 +277,20 @@ def main() -> None:
     print(f"trained in {time.perf_counter() - start:.0f} s", flush=True)
 
     wanted = {cell_dir(out, p, m, s) / f"seed{seed}" for p, m, s in cells for seed in range(args.seeds)}
-    rows = collect([run for run in find_runs(out) if run in wanted])
+    run_dirs = [run for run in find_runs(out) if run in wanted]
+    rows = with_label_skew(collect(run_dirs), run_dirs)
     result = summary(rows)
+    result["runs"] = runs_of(rows, result)
+    for cell in result["cells"]:
+        found = predicted_q(out, cell, args.strategies, SKEW_TOLERANCE)
+        cell["predicted_q"], cell["predicted_skew"] = found["q"], {f"{q:g}": v for q, v in found["skew"].items()}
     json_path = Path(args.json) if args.json else out.with_suffix(".json")
     json_path.write_text(json.dumps(result, indent=1) + "\n")
     figures_of(result, rows, args, figures)
     text = "\n\n".join([
         f"accuracy study: final validation top-1 % after {args.epochs} epochs, mean and 95 % interval over "
         f"{args.seeds} seeds (M virtual workers)",
-        study_table(result), tune_table(tune_q(rows, 1.0)),
+        study_table(result), tune_table(tune_q(rows, 1.0)), prediction_lines(result),
     ])
     print(text)
     (figures / "accuracy_study.txt").write_text(text + "\n")

@@ -27,6 +27,7 @@ labels, so it is computed before training as well as during it (`hpcshuffle plan
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 import numpy as np
 
@@ -146,3 +147,28 @@ def plan_quality(spec: PlanSpec, shuffle: str, epochs: int, labels: np.ndarray |
     skew = LabelSkew(labels, spec.batch_size) if labels is not None else None
     quality = EpochQuality(PairMixing(spec.num_samples, spec.num_ranks, seed=spec.seed), skew)
     return [{"epoch": plan.epoch, "mixing": quality.add_epoch(plan.order)} for plan in plan_epochs(spec, shuffle, epochs)]
+
+
+def predict_q(spec: PlanSpec, epochs: int, labels: np.ndarray, candidates: Sequence[float], tolerance: float,
+              by_epoch: int | None = None) -> dict:
+    """q without training: the smallest candidate q whose label skew at epoch `by_epoch` (default: the
+    last) is within `tolerance` of global shuffling's under the same spec; q = 0 is local shuffling.
+
+    Returns:
+        {"workers", "by_epoch", "global": GS's skew, "skew": {q: skew}, "q": the smallest q, or None}.
+    """
+    epoch = epochs - 1 if by_epoch is None else by_epoch
+    if not 0 <= epoch < epochs:
+        raise ValueError(f"--by-epoch {by_epoch} is not one of the planned epochs 0..{epochs - 1}")
+    if tolerance < 0:
+        raise ValueError(f"the skew tolerance must be >= 0, got {tolerance}")
+
+    def skew_at(shuffle: str, q: float) -> float:
+        rows = plan_quality(replace(spec, q=q), shuffle, epoch + 1, labels)
+        return rows[epoch]["mixing"]["labels"]["excess"]
+
+    reference = skew_at("global", 1.0)
+    skews = {q: skew_at("local" if q == 0 else "partial", q) for q in sorted(set(candidates))}
+    reaching = [q for q, skew in skews.items() if skew <= reference + tolerance]
+    return {"workers": spec.num_ranks, "by_epoch": epoch, "global": reference, "skew": skews,
+            "q": min(reaching) if reaching else None}

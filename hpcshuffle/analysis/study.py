@@ -108,20 +108,36 @@ def smallest_reaching_q(found: list[Point], partition: str, workers: int) -> flo
     return min(reaching) if reaching else None
 
 
-def quality_vs_gap(rows: list[dict], found: list[Point]) -> list[tuple[float, float, str]]:
-    """(final mixing quality, final top-1 minus the mean of global shuffling's at the same
-    (partition, workers), partition) for every complete run that is not global shuffling's."""
+def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing") -> list[tuple[float, float, str]]:
+    """(the run's `measure`, final top-1 minus the mean of global shuffling's at the same (partition,
+    workers), partition) for every complete run that is not global shuffling's and records `measure`:
+    `mixing` (final pair-mixing quality), `label_skew` (final label skew, analysis/labels.py) or
+    `label_skew_early` (its mean over the first quarter of the epochs)."""
     reference = with_role("reference").name
     means = {(p.partition, p.workers): p.top1_mean for p in found if p.strategy == reference}
     pairs = []
     for row in rows:
         partition = row.get("partition") or "random"
         base = means.get((partition, row["workers"]))
-        if (not row["complete"] or row["shuffle"] == reference or base is None or row.get("mixing") is None
+        if (not row["complete"] or row["shuffle"] == reference or base is None or row.get(measure) is None
                 or row["final_score"] is None or run_q(row) is None):
             continue
-        pairs.append((row["mixing"], row["final_score"] - base, partition))
+        pairs.append((row[measure], row["final_score"] - base, partition))
     return pairs
+
+
+def correlation(pairs: list[tuple[float, float, str]]) -> dict:
+    """Pearson's r of measure against gap over all runs and within each partition (None below 3 runs)."""
+    result = {"runs": len(pairs), "pearson_r": round(pearson(*zip(*[(x, y) for x, y, _ in pairs])), 3)
+              if len(pairs) >= 3 else None}
+    for partition in sorted({p for _, _, p in pairs}):
+        mine = [(x, y) for x, y, p in pairs if p == partition]
+        result[f"pearson_r_{partition}"] = round(pearson(*zip(*mine)), 3) if len(mine) >= 3 else None
+    return result
+
+
+MEASURES = {"mixing": "final mixing quality", "label_skew": "final label skew",
+            "label_skew_early": "label skew over the first quarter of the epochs"}
 
 
 def summary(rows: list[dict]) -> dict:
@@ -141,17 +157,13 @@ def summary(rows: list[dict]) -> dict:
             "local_gap_excludes_0": None if local is None else local.excludes_zero,
             "smallest_q_reaching_global": smallest_reaching_q(found, partition, workers),
         })
-    pairs = quality_vs_gap(rows, found)
-    correlation = {"runs": len(pairs), "pearson_r": round(pearson(*zip(*[(x, y) for x, y, _ in pairs])), 3)
-                   if len(pairs) >= 3 else None}
-    for partition in sorted({p for _, _, p in pairs}):
-        mine = [(x, y) for x, y, p in pairs if p == partition]
-        correlation[f"pearson_r_{partition}"] = round(pearson(*zip(*mine)), 3) if len(mine) >= 3 else None
     return {"rows": [p.row() for p in found], "cells": by_cell,
             "gaps": [{"partition": g.point.partition, "workers": g.point.workers, "strategy": g.point.strategy,
                       "q": g.point.q, "gap_mean": round(g.mean, 3), "ci95": [round(v, 3) for v in g.ci95]}
                      for g in all_gaps],
-            "quality_vs_gap": correlation}
+            "quality_vs_gap": {**correlation(quality_vs_gap(rows, found)),
+                               **{measure: correlation(pairs) for measure in ("label_skew", "label_skew_early")
+                                  if (pairs := quality_vs_gap(rows, found, measure))}}}
 
 
 def study_table(result: dict) -> str:
@@ -176,9 +188,12 @@ def study_table(result: dict) -> str:
                      f"95 % interval [{low:+.2f}, {high:+.2f}] ({verdict}); "
                      f"smallest q whose interval reaches global's: {'none' if q is None else f'{q:g}'}")
     corr = result["quality_vs_gap"]
-    if corr["pearson_r"] is not None:
-        parts = ", ".join(f"{k.removeprefix('pearson_r_')} {v}" for k, v in corr.items()
+    for measure, what in MEASURES.items():
+        found = corr if measure == "mixing" else corr.get(measure)
+        if not found or found["pearson_r"] is None:
+            continue
+        parts = ", ".join(f"{k.removeprefix('pearson_r_')} {v}" for k, v in found.items()
                           if k.startswith("pearson_r_") and v is not None)
-        lines.append(f"gap to global vs final mixing quality over {corr['runs']} runs: Pearson r = "
-                     f"{corr['pearson_r']}" + (f" ({parts})" if parts else ""))
+        lines.append(f"gap to global vs {what} over {found['runs']} runs: Pearson r = "
+                     f"{found['pearson_r']}" + (f" ({parts})" if parts else ""))
     return "\n".join(lines)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from hpcshuffle.analysis.labels import predict_q
+from hpcshuffle.cli.plan import quality_labels
 from hpcshuffle.cli.report import expand_runs, write_csv
+from hpcshuffle.plan import PARTITIONS, PlanSpec
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -16,7 +19,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
         "RESULTS_DIR whose final validation score is within --tolerance of global shuffling's. "
         "Writes one row per run to RESULTS_DIR/summary.csv.",
     )
-    tune.add_argument("results_dir", metavar="RESULTS_DIR", help="a sweep's or job array's output directory")
+    tune.add_argument("results_dir", metavar="RESULTS_DIR", nargs="?", default=None,
+                      help="a sweep's or job array's output directory (not with --predict)")
     tune.add_argument("--tolerance", type=float, default=1.0,
                       help="points of top-1 %% (or 100·IoU) a candidate may lose (default: 1.0)")
     tune.add_argument("--reference", choices=["auto", "global", "best"], default="auto",
@@ -24,10 +28,32 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     tune.add_argument("--include-incomplete", action="store_true",
                       help="count runs that stopped early, at their last epoch")
     tune.add_argument("--csv", default=None, metavar="PATH", help="default: RESULTS_DIR/summary.csv")
+    predict = tune.add_argument_group(
+        "--predict", "q without training: per worker count, the smallest q whose planned label skew "
+        "(analysis/labels.py) at --by-epoch is within --skew-tolerance of global shuffling's")
+    predict.add_argument("--predict", action="store_true", help="predict from the plan alone, train nothing")
+    predict.add_argument("--samples", type=int, help="N, training samples")
+    predict.add_argument("--classes", type=int, help="C balanced classes, listed class by class (or --label-counts)")
+    predict.add_argument("--label-counts", metavar="FILE", help="a JSON list of per-class counts in class order")
+    predict.add_argument("--workers", type=int, nargs="+", metavar="M", help="worker counts")
+    predict.add_argument("--batch", type=int, default=32, help="b, samples per worker per step (default: 32)")
+    predict.add_argument("--partition", choices=PARTITIONS, default="random", help="the first partition's cut")
+    predict.add_argument("--epochs", type=int, default=12, help="epochs planned (default: 12)")
+    predict.add_argument("--by-epoch", type=int, default=None, help="the epoch judged (default: the last)")
+    predict.add_argument("--qs", type=float, nargs="+", default=[0.0, 0.1, 0.3, 0.6, 1.0],
+                         help="candidate q, 0 = local shuffling (default: 0 0.1 0.3 0.6 1)")
+    predict.add_argument("--skew-tolerance", type=float, default=0.01,
+                         help="label skew a candidate may exceed global shuffling's by (default: 0.01)")
+    predict.add_argument("--seed", type=int, default=0)
     tune.set_defaults(run=cmd_tune_q)
 
 
 def cmd_tune_q(args: argparse.Namespace) -> None:
+    if args.predict:
+        print(predict_table(predictions(args)))
+        return
+    if args.results_dir is None:
+        raise ValueError("give RESULTS_DIR (a sweep's output), or --predict with --samples, --classes and --workers")
     from hpcshuffle.analysis.report import collect
     from hpcshuffle.analysis.tune import tune_q, tune_table
 
@@ -43,3 +69,29 @@ def cmd_tune_q(args: argparse.Namespace) -> None:
     write_csv(rows, csv_path)
     print(tune_table(result))
     print(f"wrote {csv_path} ({len(rows)} runs)")
+
+
+def predictions(args: argparse.Namespace) -> list[dict]:
+    """`predict_q` for every --workers, after the checks --predict needs."""
+    if args.results_dir is not None:
+        raise ValueError(f"--predict trains nothing and reads no runs; drop RESULTS_DIR {args.results_dir}")
+    missing = [flag for flag, value in (("--samples", args.samples), ("--workers", args.workers)) if value is None]
+    if args.classes is None and args.label_counts is None:
+        missing.append("--classes or --label-counts")
+    if missing:
+        raise ValueError(f"--predict needs {', '.join(missing)}")
+    labels = quality_labels(args)
+    return [predict_q(PlanSpec(args.samples, workers, args.batch, 0.0, args.seed, partition=args.partition),
+                      args.epochs, labels, args.qs, args.skew_tolerance, args.by_epoch) for workers in args.workers]
+
+
+def predict_table(found: list[dict]) -> str:
+    qs = list(found[0]["skew"])
+    lines = [f"label skew at epoch {found[0]['by_epoch']} (same-class excess of workers' batches; 0: as global "
+             "shuffling), and the smallest q within the tolerance of global's",
+             f"{'M':>6} {'global':>8} " + " ".join(f"{f'q={q:g}':>8}" for q in qs) + f" {'q':>6}"]
+    for row in found:
+        q = "none" if row["q"] is None else f"{row['q']:g}"
+        lines.append(f"{row['workers']:>6} {row['global']:>8.4f} "
+                     + " ".join(f"{row['skew'][q_]:>8.4f}" for q_ in qs) + f" {q:>6}")
+    return "\n".join(lines)

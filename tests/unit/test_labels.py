@@ -12,6 +12,7 @@ from hpcshuffle.analysis.labels import (
     LabelSkew,
     balanced_labels,
     labels_from_counts,
+    predict_q,
     same_class_rate,
 )
 from hpcshuffle.cli import main
@@ -100,3 +101,29 @@ def test_plan_quality_names_label_counts_that_do_not_fit(capsys, tmp_path):
         plan_quality(capsys, "--label-counts", str(counts))
     assert exit_info.value.code == 2
     assert "sums to 200 samples, --samples is 4096" in capsys.readouterr().err
+
+
+def test_predict_q_names_the_smallest_q_whose_skew_reaches_global_shufflings():
+    labels = balanced_labels(4096, 20)
+    found = predict_q(PlanSpec(4096, 16, 8, 0.0, 0, partition="contiguous"), 12, labels, [0, 0.1, 0.3, 1], 0.01)
+    assert found["by_epoch"] == 11 and abs(found["global"]) < 0.01
+    assert found["skew"][0] > 0.5 and 0.01 < found["skew"][0.1] - found["global"] < 0.1
+    assert found["q"] == 0.3
+    # by epoch 11 q = 0.1 is within 0.1 of global's; random partitions need no exchange at all
+    assert predict_q(PlanSpec(4096, 16, 8, 0.0, 0, partition="contiguous"), 12, labels, [0, 0.1], 0.1)["q"] == 0.1
+    assert predict_q(PlanSpec(4096, 16, 8, 0.0, 0), 12, labels, [0, 0.1], 0.01)["q"] == 0
+    with pytest.raises(ValueError, match="--by-epoch 12 is not one of the planned epochs 0..11"):
+        predict_q(PlanSpec(4096, 16, 8), 12, labels, [0], 0.01, by_epoch=12)
+
+
+def test_tune_q_predict_prints_q_per_worker_count_and_names_missing_input(capsys):
+    main(["tune-q", "--predict", "--samples", "4096", "--classes", "20", "--workers", "16", "64", "--batch", "8",
+          "--partition", "contiguous", "--epochs", "12"])
+    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    assert [(row[0], row[-1]) for row in rows] == [("16", "0.3"), ("64", "0.3")]
+    for argv, message in ((["--samples", "4096", "--workers", "16"], "--predict needs --classes or --label-counts"),
+                          (["--classes", "20"], "--predict needs --samples, --workers"),
+                          (["results/x", "--samples", "64", "--classes", "2", "--workers", "2"], "drop RESULTS_DIR")):
+        with pytest.raises(SystemExit):
+            main(["tune-q", "--predict", *argv])
+        assert message in capsys.readouterr().err
