@@ -61,6 +61,9 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--model", default="small_cnn", help="a conf/model name (BatchNorm, no dropout)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--norm", default="worker", choices=["worker", "global"],
+                        help="model.norm: BatchNorm over each worker's batch, or over the global batch (then no "
+                             "chunked run: its statistics need the whole global batch in one pass)")
     parser.add_argument("--out", default=None, help="keep the runs here (default: a temporary directory)")
     args = parser.parse_args()
     if args.workers < 2:
@@ -68,15 +71,18 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="hpcshuffle-equivalence-") as scratch:
         out = Path(args.out or scratch)
-        mpi = train(args, out, "mpi", args.workers, [])
-        sim = train(args, out, "virtual", 1, [f"shuffle.virtual_workers={args.workers}"])
-        chunked = train(args, out, "virtual-chunk1", 1,
-                        [f"shuffle.virtual_workers={args.workers}", "shuffle.virtual_chunk=1"])
+        norm = [f"model.norm={args.norm}"]
+        mpi = train(args, out, "mpi", args.workers, norm)
+        sim = train(args, out, "virtual", 1, [f"shuffle.virtual_workers={args.workers}", *norm])
+        chunked = sim if args.norm == "global" else train(
+            args, out, "virtual-chunk1", 1, [f"shuffle.virtual_workers={args.workers}", "shuffle.virtual_chunk=1"])
 
     steps = len(mpi["losses"])
     print(f"{args.shuffle} shuffling (q={args.q}), M={args.workers}, b={args.batch}, N={args.samples}, "
           f"{args.model}, {args.epochs} epochs = {steps} steps; real: mpiexec -n {args.workers} (gloo), "
-          f"virtual: one process (ghost BatchNorm)")
+          f"virtual: one process; BatchNorm over {'the global batch' if args.norm == 'global' else 'each worker'}"
+          + (" (no chunked run: global statistics need one pass, its columns repeat the virtual run)"
+             if args.norm == "global" else ""))
     print(f"{'step':>4} {'loss_mpi':>12} {'loss_sim':>12} {'|diff|':>10} {'sim chunk=1':>12} {'|diff|':>10}")
     for step, (real, virtual, one) in enumerate(zip(mpi["losses"], sim["losses"], chunked["losses"])):
         print(f"{step:>4} {real:>12.7f} {virtual:>12.7f} {abs(virtual - real):>10.2e} {one:>12.7f} "

@@ -147,6 +147,12 @@ class RunConfig:
     def _check_virtual(self) -> None:
         if not self.shuffle.virtual_workers:
             return
+        chunk = self.shuffle.virtual_chunk
+        if self.model.norm == "global" and chunk not in (0, self.shuffle.virtual_workers):
+            raise ConfigError(
+                f"model.norm=global normalises over the step's whole global batch, which shuffle.virtual_chunk={chunk} "
+                "splits into passes: set shuffle.virtual_chunk=0"
+            )
         if self.loader.on_error != "fail":
             raise ConfigError(
                 "shuffle.virtual_workers normalises each virtual worker's whole local batch, which a skipped "
@@ -164,7 +170,8 @@ class RunConfig:
         try:
             groups = {group: build(typed_class, settings.pop(group, {}), group) for group, typed_class in GROUPS.items()}
             model = settings.pop("model")
-            groups["model"] = ModelConfig(model.pop("name"), model)
+            name, norm = model.pop("name"), model.pop("norm", "worker")
+            groups["model"] = ModelConfig(name, model, norm)
             top_level = {f.name for f in fields(cls)} - set(groups)
             check_keys(settings, top_level, "the config")
             settings["progress"] = settings.get("progress", False) and sys.stderr.isatty()  # logs get the table only

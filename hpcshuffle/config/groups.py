@@ -267,10 +267,21 @@ class LossConfig:
             raise ConfigError(f"loss.label_smoothing must be in [0, 1), got {self.label_smoothing}")
 
 
+NORMS = ("worker", "global")  # where BatchNorm takes its statistics (training/norm.py)
+
+
 @dataclass
 class ModelConfig:
     """`conf/model/`: the network's name and its keyword options (each model checks its own;
-    `weights`, a state dict to start from, is the runner's)."""
+    `weights`, a state dict to start from, is the runner's). `norm`: where BatchNorm takes its
+    statistics, each worker's own local batch (`worker`, what data-parallel training does) or the
+    global batch of the step (`global`, statistics all-reduced across the workers)."""
 
     name: str
     options: dict = field(default_factory=dict)
+    norm: str = "worker"
+
+    def __post_init__(self) -> None:
+        if self.norm not in NORMS:
+            raise ConfigError(f"model.norm={self.norm!r} is not known: 'worker' (BatchNorm over each worker's "
+                              "own batch) or 'global' (over the step's global batch, all-reduced across workers)")

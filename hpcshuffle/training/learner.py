@@ -23,6 +23,7 @@ from hpcshuffle.config import RunConfig
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.training.evaluate import Scores
+from hpcshuffle.training.norm import global_batch_norm
 from hpcshuffle.training.optim import build_optimizer, set_learning_rate
 from hpcshuffle.training.simulate import (
     WorkerMeanLoss,
@@ -111,7 +112,15 @@ class Learner:
             raise ConfigError(str(err), collective=True) from err
         if weights is not None:
             on_root(self.world, lambda: load_weights(model, Path(weights)), ConfigError, OSError)
-        if self.virtual:
+        if self.config.model.norm == "global":
+            try:
+                replaced = global_batch_norm(model, self.config.model.name)
+            except ValueError as err:
+                raise ConfigError(str(err), collective=True) from err
+            if self.world.is_root:
+                print(f"model.norm=global: {replaced} BatchNorm layers normalise over the global batch of "
+                      f"{self.virtual or self.world.size} x {self.config.batch_size}", flush=True)
+        elif self.virtual:
             replaced = ghost_batch_norm(model, self.config.batch_size)
             if self.world.is_root:
                 print(f"virtual workers: {self.virtual}, {replaced} BatchNorm layers normalise each worker's "

@@ -27,6 +27,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from hpcshuffle.plan import EpochPlan, PlanSpec
+from hpcshuffle.training.norm import replace_batch_norm
 
 
 def virtual_order(plan: EpochPlan, first_step: int) -> np.ndarray:
@@ -111,14 +112,7 @@ class GhostBatchNorm(_BatchNorm):
 
 def ghost_batch_norm(model: nn.Module, local_batch: int) -> int:
     """Replace every BatchNorm layer of `model` in place; returns how many were replaced."""
-    replaced = 0
-    for name, child in model.named_children():
-        if isinstance(child, _BatchNorm) and not isinstance(child, GhostBatchNorm):
-            setattr(model, name, GhostBatchNorm(child, local_batch))
-            replaced += 1
-        else:
-            replaced += ghost_batch_norm(child, local_batch)
-    return replaced
+    return replace_batch_norm(model, GhostBatchNorm, lambda layer: GhostBatchNorm(layer, local_batch))
 
 
 def set_local_batch(model: nn.Module, loss: WorkerMeanLoss, size: int) -> None:

@@ -28,3 +28,18 @@ def test_four_virtual_workers_train_as_four_ranks_do(tmp_path):
     assert scores and len(set(scores.groups())) == 1, result.stdout
     worst = re.fullmatch(r"max \|loss_sim - loss_mpi\|: (\S+)", lines[-1])
     assert worst and float(worst.group(1)) <= 1e-4, lines[-1]
+
+
+def test_global_batch_norm_trains_alike_on_four_ranks_and_four_virtual_workers(tmp_path):
+    """model.norm=global: the ranks all-reduce BatchNorm's statistics, the virtual run takes them over its
+    global batch in one pass; the losses agree step by step."""
+    result = subprocess.run(
+        [sys.executable, "benchmarks/simulator_equivalence.py", "--workers", "4", "--shuffle", "partial",
+         "--samples", "256", "--batch", "8", "--epochs", "1", "--norm", "global", "--out", str(tmp_path)],
+        cwd=REPO, env=mpi_env(), capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    lines = result.stdout.strip().splitlines()
+    assert "same samples per worker, step and epoch: yes" in lines
+    worst = re.fullmatch(r"max \|loss_sim - loss_mpi\|: (\S+)", lines[-1])
+    assert worst and float(worst.group(1)) <= 1e-4, lines[-1]
