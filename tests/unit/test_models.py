@@ -201,6 +201,7 @@ def test_bad_shape_argument_names_it(argument: str) -> None:
 def test_conf_file_lists_the_options_and_their_defaults(name: str) -> None:
     conf = yaml.safe_load((CONF_DIR / f"{name}.yaml").read_text())
     assert conf.pop("name") == name
+    assert conf.pop("norm") == "worker"  # the runner's, not the model's: where BatchNorm takes its statistics
     assert conf == models.default_options(name)
 
 
