@@ -123,30 +123,29 @@ def _strategy_of(row: dict) -> str:
     return f"partial-{row['q']:g}" if row["strategy"] == "partial" else row["strategy"]
 
 
-def run_plan(run_dir: Path) -> tuple[PlanSpec, int, object]:
-    """(the run's plan spec, its epochs, its training labels): a plan is a pure function of the run's
-    config, and the study's synthetic ImageFolder lists its C balanced classes class by class."""
+def run_plan(run_dir: Path) -> tuple[PlanSpec, str, int, object]:
+    """(the run's plan spec, its strategy, its epochs, its training labels): a plan is a pure function of
+    the run's config, and the study's synthetic ImageFolder lists its C balanced classes class by class."""
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     run = records(run_dir)
     first = run[0]
     labels = balanced_labels(first["num_samples"], config["dataset"]["synthesize"]["classes"])
     spec = PlanSpec(first["num_samples"], first["workers"], first["batch_size"], first["q"], config["seed"],
                     first["ranks_per_node"], first["partition"], first["shard_samples"], first["shuffle_buffer"])
-    return spec, len(run), labels
+    return spec, first["shuffle"], len(run), labels
 
 
 def replayed_label_skew(run_dir: Path) -> list[float]:
     """The label skew (mixing.labels.excess) of each epoch of a run, replayed from its plan, so runs
     trained before label skew was recorded get it too."""
-    spec, epochs, labels = run_plan(run_dir)
-    first = records(run_dir)[0]
-    return [epoch["mixing"]["labels"]["excess"] for epoch in plan_quality(spec, first["shuffle"], epochs, labels)]
+    spec, shuffle, epochs, labels = run_plan(run_dir)
+    return [epoch["mixing"]["labels"]["excess"] for epoch in plan_quality(spec, shuffle, epochs, labels)]
 
 
 def predicted_q(out: Path, cell: dict, strategies: list[str], tolerance: float) -> dict:
     """`hpcshuffle tune-q --predict` for one (partition, workers) of the study, from the plan of its first
     run (seed 0's), with the study's candidate q: the answer to hold against the trained one."""
-    spec, epochs, labels = run_plan(cell_dir(out, cell["partition"], cell["workers"], strategies[0]) / "seed0")
+    spec, _, epochs, labels = run_plan(cell_dir(out, cell["partition"], cell["workers"], strategies[0]) / "seed0")
     candidates = [0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
                   if s == "local" or s.startswith("partial-")]
     return predict_q(replace(spec, seed=0), epochs, labels, candidates, tolerance)
