@@ -1,4 +1,5 @@
-"""`hpcshuffle synth {imagefolder,cifar,deepcam,webdataset,packed_h5}`: a synthetic dataset in a real format."""
+"""`hpcshuffle synth {imagefolder,cifar,deepcam,webdataset,packed_h5}`: a synthetic dataset in a real format;
+`hpcshuffle synth digits`: scikit-learn's real handwritten digits written as an ImageFolder."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ SYNTH = {
     "deepcam": ("deepcam", ("samples", "val_samples", "height", "width"), "samples"),
     "webdataset": ("webdataset", ("samples", "val_samples", "classes", "size", "shard_samples"), "images"),
     "packed_h5": ("packed_h5", ("samples", "val_samples", "height", "width", "file_samples"), "samples"),
+    "digits": ("digits", ("size", "val_fraction"), "images"),
 }
 
 
@@ -34,6 +36,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         "<out>/{train,validation}/packed-*.h5 and <out>/stats.h5", "samples")
     add_field_flags(packed, height=64, width=96)
     packed.add_argument("--file-samples", type=int, default=16, help="samples per file")
+    digits = formats.add_parser("digits", help="scikit-learn's 1,797 handwritten 8×8 digits (real data, no "
+                                "download) as PNGs in <out>/{train,val}/digit_<d>/")
+    digits.add_argument("--out", required=True)
+    digits.add_argument("--size", type=int, default=32, help="image side in pixels (upscaled from 8)")
+    digits.add_argument("--val-fraction", type=float, default=0.2, help="held out of every class for validation")
+    digits.add_argument("--seed", type=int, default=0, help="draws the validation split")
+    digits.set_defaults(run=cmd_synth)
 
 
 def add_format(

@@ -9,6 +9,7 @@ from __future__ import annotations
 from hpcshuffle.formats import (
     cifar,
     deepcam,
+    digits,
     imagefolder,
     memory,
     packed_h5,
@@ -23,6 +24,7 @@ FORMATS: dict[str, DatasetFormat] = {
     "memory": memory.FORMAT,
     "webdataset": webdataset.FORMAT,
     "packed_h5": packed_h5.FORMAT,
+    "digits": digits.FORMAT,
 }
 
 
