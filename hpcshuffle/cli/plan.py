@@ -22,7 +22,7 @@ from hpcshuffle.plan import (
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
     plan = commands.add_parser("plan", help="dry-run a shuffling plan: partitions, exchanges, storage")
-    plan.add_argument("--samples", type=int, required=True, help="N, training samples")
+    plan.add_argument("--samples", type=int, default=None, help="N, training samples (required unless --dataset)")
     plan.add_argument("--workers", type=int, required=True, help="M, ranks")
     plan.add_argument("--shuffle", choices=sorted(STRATEGIES), required=True)
     plan.add_argument("--q", type=float, default=None, help="fraction exchanged per epoch (partial)")
@@ -46,19 +46,44 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         help="with --quality: C balanced classes, ids class by class as an ImageFolder lists them")
     labels.add_argument("--label-counts", default=None, metavar="FILE",
                         help="with --quality: a JSON list of per-class sample counts in class order (they sum to N)")
+    labels.add_argument("--dataset", default=None, metavar="ROOT",
+                        help="list the training split at ROOT for N and, with --quality, its labels")
+    plan.add_argument("--format", default="imagefolder", metavar="F",
+                      help="with --dataset: its layout, a dataset format name (default imagefolder)")
     plan.set_defaults(run=cmd_plan)
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
     q = get_strategy(args.shuffle).q_for(args.q)
+    listed = dataset_labels(args.dataset, args.format, args.quality) if args.dataset else None
+    if listed is not None:
+        if args.samples not in (None, listed.size):
+            raise ConfigError(f"--samples {args.samples} but --dataset {args.dataset} lists {listed.size} training "
+                              "samples; drop --samples")
+        args.samples = listed.size
+    if args.samples is None:
+        raise ConfigError("give N with --samples, or --dataset ROOT to list it")
     spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node, args.partition,
                     args.shard_samples, args.buffer)
     if args.quality:
-        quality = plan_quality(spec, args.shuffle, args.epochs, quality_labels(args))
+        quality = plan_quality(spec, args.shuffle, args.epochs, listed if listed is not None else quality_labels(args))
         print(json.dumps({"epochs": quality}) if args.json else quality_table(quality))
         return
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
+
+
+def dataset_labels(root: str, format_name: str, quality: bool) -> np.ndarray:
+    """The training split's labels at `root`, in listing order (the sample ids a run gives them)."""
+    from hpcshuffle.formats import get_format
+
+    dataset_format = get_format(format_name)
+    if quality and not dataset_format.class_labels:
+        raise ConfigError(f"--dataset {root}: {format_name} samples carry their labels inside the files (per pixel), "
+                          "not one class each, so a plan has no label skew to measure; for the pair mixing "
+                          "alone give --samples N instead of --dataset")
+    catalog = dataset_format.scan(Path(root), dataset_format.splits[0])
+    return np.asarray(catalog.labels, dtype=np.int64)
 
 
 def quality_labels(args: argparse.Namespace) -> np.ndarray | None:
