@@ -208,7 +208,7 @@ def write_plots(run_dirs: list[Path], plot_dir: Path, skip_first: bool = True) -
 # -- a results tree, one row per run ---------------------------------------------------------
 
 SUMMARY_COLUMNS = (
-    "run", "shuffle", "q", "workers", "partition", "batch_size", "model", "dataset", "seed",
+    "run", "shuffle", "q", "workers", "partition", "batch_size", "model", "norm", "dataset", "seed",
     "epochs_done", "epochs_planned", "complete", "score_name", "final_score", "best_score", "mixing", "label_skew",
     "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "util", "sent_per_epoch", "read_shared_per_epoch",
 )
@@ -229,7 +229,7 @@ def run_row(run_dir: Path, name: str) -> dict:
     config_path = run_dir / "config.yaml"
     config = (yaml.safe_load(config_path.read_text()) or {}) if config_path.exists() else {}
     records = read_jsonl(run_dir / "metrics.jsonl", partial_last=True)
-    shuffle_config = config.get("shuffle") or {}
+    shuffle_config, model = config.get("shuffle") or {}, config.get("model") or {}
     last = records[-1] if records else {}
     epochs_planned = config.get("epochs")
     score_name, final_score = _score(last)
@@ -241,7 +241,8 @@ def run_row(run_dir: Path, name: str) -> dict:
         "workers": last.get("workers"),
         "partition": last.get("partition", (config.get("storage") or {}).get("partition")),
         "batch_size": last.get("batch_size", config.get("batch_size")),
-        "model": (config.get("model") or {}).get("name"),
+        "model": model.get("name"),
+        "norm": model.get("norm", "worker") if model else None,  # runs before model.norm: per worker
         "dataset": (config.get("dataset") or {}).get("format"),
         "seed": config.get("seed"),
         "epochs_done": len(records),

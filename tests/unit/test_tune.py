@@ -109,7 +109,7 @@ def test_collect_row(tmp_path):
     assert set(row) == set(SUMMARY_COLUMNS)
     assert row == pytest.approx({
         "run": "3-partial-q0.3", "shuffle": "partial", "q": 0.3, "workers": 4, "partition": None, "batch_size": 32,
-        "model": "resnet50", "dataset": "imagefolder", "seed": 7, "epochs_done": 3, "epochs_planned": 3,
+        "model": "resnet50", "norm": "worker", "dataset": "imagefolder", "seed": 7, "epochs_done": 3, "epochs_planned": 3,
         "complete": True, "score_name": "val_top1", "final_score": 79.5, "best_score": 79.5, "mixing": None,
             "label_skew": None,
         "epoch_s": 12.0, "io_s": 6.0, "exchange_s": 6.0, "fwbw_s": 6.0, "allreduce_s": 6.0,  # epoch 0 left out
@@ -126,7 +126,8 @@ def test_collect_single_epoch_missing_config_and_unfinished_runs(tmp_path):
     assert (rows["bare"]["epochs_planned"], rows["bare"]["complete"]) == (None, False)
     assert (rows["bare"]["model"], rows["bare"]["dataset"], rows["bare"]["seed"]) == (None, None, 1)
     assert rows["started"] | {"run": None} == {column: None for column in SUMMARY_COLUMNS} | {
-        "shuffle": "partial", "q": 0.1, "batch_size": 32, "model": "resnet50", "dataset": "imagefolder", "seed": 0,
+        "shuffle": "partial", "q": 0.1, "batch_size": 32, "model": "resnet50", "norm": "worker", "dataset": "imagefolder",
+        "seed": 0,
         "epochs_done": 0, "epochs_planned": 3, "complete": False,
     }
     assert collect([one])[0]["run"] == "one"  # a lone run is named by its own directory
