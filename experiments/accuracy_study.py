@@ -49,16 +49,23 @@ from hpcshuffle.analysis.study import (
     summary,
 )
 from hpcshuffle.analysis.tune import tune_q, tune_table
-from hpcshuffle.plan import PlanSpec, with_role
+from hpcshuffle.formats import digits
+from hpcshuffle.plan import PlanSpec, get_strategy, with_role
 from hpcshuffle.training.metrics import validation_score
 
-# 4,096 synthetic 32×32 images of 20 close classes (class after class on disk, as an ImageFolder
-# lists them; one dataset for every seed), b = 8 per worker, a warm-up and a cosine decay so the
-# last epochs are stable, and the learning rate scaled with the global batch from 0.05 at 128 (M = 16)
+# --dataset: synthetic: 4,096 32×32 images of 20 close classes (one dataset for every seed); digits:
+# scikit-learn's 1,438 real handwritten training digits of 10 classes, 32×32. Either lies class after
+# class on disk, as an ImageFolder lists it.
+DATASETS = {
+    "synthetic": ["dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
+                  "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0"],
+    "digits": ["dataset=digits", "dataset.root=data/experiments/digits"],
+}
+# b = 8 per worker, a warm-up and a cosine decay so the last epochs are stable, and the learning rate
+# scaled with the global batch from 0.05 at 128 (M = 16)
 DEFAULT_OVERRIDES = [
-    "dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
-    "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0", "batch_size=8", "loader.workers=1", "optim.lr=0.05",
-    "optim.reference_batch=128", "optim.schedule=cosine", "optim.warmup=2",
+    "batch_size=8", "loader.workers=1", "optim.lr=0.05", "optim.reference_batch=128", "optim.schedule=cosine",
+    "optim.warmup=2",
 ]
 SKEW_TOLERANCE = 0.01  # tune-q --predict's default: label skew a q may exceed global shuffling's by
 STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "partial-1"]
@@ -70,6 +77,17 @@ def label(strategy: str) -> str:
 
 def cell_dir(out: Path, partition: str, workers: int, strategy: str) -> Path:
     return out / partition / f"M{workers}" / strategy
+
+
+def has_partition(strategy: str) -> bool:
+    """Whether a strategy's plan reads storage.partition; one that reads shared storage (global) has no
+    partition, so the study trains its runs once, under the first partition, for every partition's cell."""
+    return get_strategy(strategy.split("-")[0]).node_scope
+
+
+def runs_dir(out: Path, first: str, partition: str, workers: int, strategy: str) -> Path:
+    """Where the runs of a cell lie: its own directory, or the first partition's where the strategy has none."""
+    return cell_dir(out, partition if has_partition(strategy) else first, workers, strategy)
 
 
 def missing_seeds(cell: Path, seeds: int, epochs: int) -> list[int]:
@@ -107,9 +125,9 @@ def run_cell(out: Path, partition: str, workers: int, strategy: str, seeds: int,
     return f"  {cell}: seeds {todo} trained in {time.perf_counter() - start:.0f} s"
 
 
-def epoch_bands(out: Path, partition: str, workers: int, strategy: str, seeds: int):
+def epoch_bands(cell: Path, strategy: str, seeds: int):
     """Per epoch the mean validation top-1 over seeds and its 95 % interval."""
-    runs = [records(cell_dir(out, partition, workers, strategy) / f"seed{seed}") for seed in range(seeds)]
+    runs = [records(cell / f"seed{seed}") for seed in range(seeds)]
     epochs = min(len(run) for run in runs)
     means, bands = {}, {}
     for epoch in range(epochs):
@@ -123,13 +141,27 @@ def _strategy_of(row: dict) -> str:
     return f"partial-{row['q']:g}" if row["strategy"] == "partial" else row["strategy"]
 
 
+def training_labels(dataset: dict, samples: int):
+    """The training labels in listing order of a study dataset, from its config alone (no image read):
+    the synthetic ImageFolder lists its C balanced classes class by class; digits' split is a function
+    of its seed."""
+    spec = dataset["synthesize"]
+    if dataset["format"] == "digits":
+        labels = digits.train_labels(spec["val_fraction"], spec["seed"])
+    else:
+        labels = balanced_labels(samples, spec["classes"])
+    if len(labels) != samples:
+        raise RuntimeError(f"{dataset['root']}: the run trained on {samples} samples but its config lists {len(labels)}")
+    return labels
+
+
 def run_plan(run_dir: Path) -> tuple[PlanSpec, str, int, object]:
     """(the run's plan spec, its strategy, its epochs, its training labels): a plan is a pure function of
-    the run's config, and the study's synthetic ImageFolder lists its C balanced classes class by class."""
+    the run's config."""
     config = yaml.safe_load((run_dir / "config.yaml").read_text())
     run = records(run_dir)
     first = run[0]
-    labels = balanced_labels(first["num_samples"], config["dataset"]["synthesize"]["classes"])
+    labels = training_labels(config["dataset"], first["num_samples"])
     spec = PlanSpec(first["num_samples"], first["workers"], first["batch_size"], first["q"], config["seed"],
                     first["ranks_per_node"], first["partition"], first["shard_samples"], first["shuffle_buffer"])
     return spec, first["shuffle"], len(run), labels
@@ -142,13 +174,14 @@ def replayed_label_skew(run_dir: Path) -> list[float]:
     return [epoch["mixing"]["labels"]["excess"] for epoch in plan_quality(spec, shuffle, epochs, labels)]
 
 
-def predicted_q(out: Path, cell: dict, strategies: list[str], tolerance: float) -> dict:
+def predicted_q(out: Path, first: str, cell: dict, strategies: list[str], tolerance: float) -> dict:
     """`hpcshuffle tune-q --predict` for one (partition, workers) of the study, from the plan of its first
     run (seed 0's), with the study's candidate q: the answer to hold against the trained one."""
-    spec, _, epochs, labels = run_plan(cell_dir(out, cell["partition"], cell["workers"], strategies[0]) / "seed0")
+    run = runs_dir(out, first, cell["partition"], cell["workers"], strategies[0]) / "seed0"
+    spec, _, epochs, labels = run_plan(run)
     candidates = [0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
                   if s == "local" or s.startswith("partial-")]
-    return predict_q(replace(spec, seed=0), epochs, labels, candidates, tolerance)
+    return predict_q(replace(spec, seed=0, partition=cell["partition"]), epochs, labels, candidates, tolerance)
 
 
 def with_label_skew(rows: list[dict], run_dirs: list[Path]) -> list[dict]:
@@ -172,7 +205,41 @@ def runs_of(rows: list[dict], result: dict) -> list[dict]:
              "gap": round(row["final_score"] - base, 3) if (base := reference.get(
                  (row.get("partition") or "random", row["workers"]))) is not None else None,
              "mixing": row["mixing"], "label_skew": row["label_skew"], "label_skew_early": row["label_skew_early"]}
-            for row in rows if row["complete"]]
+            for row in sorted(rows, key=lambda row: (row.get("partition") or "random", row["workers"], row["shuffle"],
+                                                     row["q"], row["seed"])) if row["complete"]]
+
+
+def norm_of(rows: list[dict]) -> str:
+    """The one model.norm of a study's runs (a study compares shuffling, so it holds one)."""
+    norms = {row["norm"] for row in rows}
+    if len(norms) != 1:
+        raise RuntimeError(f"the study's runs mix model.norm {sorted(norms)}; give each its own --out")
+    return norms.pop()
+
+
+def stamp(result: dict, dataset: str, norm: str) -> str:
+    """Name the dataset and norm on every point, cell and run of `result`; returns `<dataset>/<norm>`."""
+    for entry in (*result["rows"], *result["cells"], *result["runs"]):
+        entry.update(dataset=dataset, norm=norm)
+    return f"{dataset}/{norm}"
+
+
+def write_study(path: Path, result: dict) -> None:
+    """Write a study's JSON, keeping the variants already filed in it (`--into`)."""
+    if path.exists() and "variants" in (before := json.loads(path.read_text())):
+        result = {**result, "variants": before["variants"]}
+    path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def file_variant(path: Path, variant: str, result: dict) -> None:
+    """File `result` under the main study's `variants` at `path`, as `variant`."""
+    if not path.exists():
+        sys.exit(f"--into {path}: no such study JSON; run the main study first (experiments/reference.sh does)")
+    main_study = json.loads(path.read_text())
+    main_study.setdefault("variants", {})[variant] = {key: result[key] for key in ("rows", "cells", "runs",
+                                                                                  "quality_vs_gap")}
+    path.write_text(json.dumps(main_study, indent=1) + "\n")
+    print(f"filed as {variant} under {path}'s variants")
 
 
 def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
@@ -181,8 +248,8 @@ def figures_of(result: dict, rows: list[dict], args, figures: Path) -> None:
         for workers in args.workers:
             curves, bands = {}, {}
             for strategy in args.strategies:
-                curves[label(strategy)], bands[label(strategy)] = epoch_bands(out, partition, workers, strategy,
-                                                                              args.seeds)
+                cell = runs_dir(out, args.partitions[0], partition, workers, strategy)
+                curves[label(strategy)], bands[label(strategy)] = epoch_bands(cell, strategy, args.seeds)
             plot_curves(curves, "validation top-1 (%)", figures / f"accuracy_{partition}_M{workers}.png",
                         title=f"{partition}, M = {workers} {kind}: mean, 95 % band, {args.seeds} seeds",
                         bands=bands)
@@ -238,12 +305,17 @@ def main() -> None:
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=3, help="seeds per point, 0..SEEDS-1 (at least 2)")
     parser.add_argument("--epochs", type=int, default=12)
+    parser.add_argument("--dataset", choices=sorted(DATASETS), default="synthetic",
+                        help="synthetic (default): 4,096 images of 20 close classes; digits: real handwritten digits")
     parser.add_argument("--jobs", type=int, default=2, help="cells trained at a time (default: 2)")
     parser.add_argument("--out", default="results/experiments/accuracy_study", help="run directories go here")
     parser.add_argument("--json", default=None, help="default: <out>.json")
     parser.add_argument("--figures", default=None, help="figures and tables (default: <out>/figures)")
+    parser.add_argument("--into", default=None, metavar="JSON",
+                        help="also file this study under JSON's `variants`, as <dataset>/<norm> (a variant of a "
+                             "main study: another dataset or model.norm)")
     parser.add_argument("overrides", nargs="*",
-                        help="Hydra overrides for every run, after the study's synthetic defaults (a later one wins)")
+                        help="Hydra overrides for every run, after the study's defaults (a later one wins)")
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error(f"--seeds {args.seeds}: a 95 % interval needs at least 2 seeds per point; use --seeds 3")
@@ -260,9 +332,11 @@ def main() -> None:
     out = Path(args.out)
     figures = Path(args.figures) if args.figures else out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
-    overrides = [*DEFAULT_OVERRIDES, *args.overrides]
+    overrides = [*DATASETS[args.dataset], *DEFAULT_OVERRIDES, *args.overrides]
 
-    cells = [(p, m, s) for p in args.partitions for m in args.workers for s in args.strategies]
+    first = args.partitions[0]
+    cells = list(dict.fromkeys((p if has_partition(s) else first, m, s)
+                               for p in args.partitions for m in args.workers for s in args.strategies))
     print(f"accuracy study: {len(cells)} cells × {args.seeds} seeds, {args.epochs} epochs, {args.jobs} at a time "
           f"-> {out}", flush=True)
     start = time.perf_counter()
@@ -278,13 +352,18 @@ def main() -> None:
     wanted = {cell_dir(out, p, m, s) / f"seed{seed}" for p, m, s in cells for seed in range(args.seeds)}
     run_dirs = [run for run in find_runs(out) if run in wanted]
     rows = with_label_skew(collect(run_dirs), run_dirs)
+    rows += [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
+             for partition in args.partitions[1:]]  # the same runs stand for the other partitions' cells
     result = summary(rows)
     result["runs"] = runs_of(rows, result)
     for cell in result["cells"]:
-        found = predicted_q(out, cell, args.strategies, SKEW_TOLERANCE)
+        found = predicted_q(out, first, cell, args.strategies, SKEW_TOLERANCE)
         cell["predicted_q"], cell["predicted_skew"] = found["q"], {f"{q:g}": v for q, v in found["skew"].items()}
+    variant = stamp(result, args.dataset, norm_of(rows))
     json_path = Path(args.json) if args.json else out.with_suffix(".json")
-    json_path.write_text(json.dumps(result, indent=1) + "\n")
+    write_study(json_path, result)
+    if args.into:
+        file_variant(Path(args.into), variant, result)
     figures_of(result, rows, args, figures)
     text = "\n\n".join([
         f"accuracy study: final validation top-1 % after {args.epochs} epochs, mean and 95 % interval over "

@@ -127,12 +127,16 @@ def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing"
 
 
 def correlation(pairs: list[tuple[float, float, str]]) -> dict:
-    """Pearson's r of measure against gap over all runs and within each partition (None below 3 runs)."""
-    result = {"runs": len(pairs), "pearson_r": round(pearson(*zip(*[(x, y) for x, y, _ in pairs])), 3)
-              if len(pairs) >= 3 else None}
+    """Pearson's r of measure against gap over all runs and within each partition; None below 3 runs or
+    where the measure or the gap is one value throughout (r is not defined)."""
+    def r(xy: list[tuple[float, float]]) -> float | None:
+        if len(xy) < 3 or any(len(set(values)) == 1 for values in zip(*xy)):
+            return None
+        return round(pearson(*zip(*xy)), 3)
+
+    result = {"runs": len(pairs), "pearson_r": r([(x, y) for x, y, _ in pairs])}
     for partition in sorted({p for _, _, p in pairs}):
-        mine = [(x, y) for x, y, p in pairs if p == partition]
-        result[f"pearson_r_{partition}"] = round(pearson(*zip(*mine)), 3) if len(mine) >= 3 else None
+        result[f"pearson_r_{partition}"] = r([(x, y) for x, y, p in pairs if p == partition])
     return result
 
 

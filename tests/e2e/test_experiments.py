@@ -71,22 +71,37 @@ def test_scale_study_quick_writes_every_figure_and_reuses_its_simulations(tmp_pa
 
 def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(tmp_path):
     out = tmp_path / "study"
-    args = ["experiments/accuracy_study.py", "--workers", "2", "--partitions", "contiguous", "--strategies",
-            "global", "local", "--seeds", "2", "--epochs", "1", "--out", str(out), *tiny_dataset(tmp_path),
-            "++dataset.synthesize.seed=0"]
+    study_args = ["--workers", "2", "--strategies", "global", "local", "--seeds", "2", "--epochs", "1"]
+    args = ["experiments/accuracy_study.py", *study_args, "--partitions", "random", "contiguous", "--out", str(out),
+            *tiny_dataset(tmp_path), "++dataset.synthesize.seed=0"]
     first = run(*args)
-    assert first.stdout.count("seeds [0, 1] trained") == 2
+    assert "3 cells" in first.stdout and first.stdout.count("seeds [0, 1] trained") == 3  # global has no partition
     assert (out / "contiguous" / "M2" / "local" / "multirun.yaml").exists()  # Hydra's multirun wrote the cell
+    assert not (out / "contiguous" / "M2" / "global").exists()
     study = json.loads((tmp_path / "study.json").read_text())
-    assert {(r["partition"], r["workers"], r["strategy"], r["seeds"] == [0, 1]) for r in study["rows"]} == {
-        ("contiguous", 2, "global", True), ("contiguous", 2, "local", True)}
+    rows = {(r["partition"], r["strategy"]): r for r in study["rows"]}
+    assert set(rows) == {(p, s) for p in ("random", "contiguous") for s in ("global", "local")}
+    assert rows["random", "global"]["top1"] == rows["contiguous", "global"]["top1"]  # the same runs
+    assert all(r["seeds"] == [0, 1] and (r["dataset"], r["norm"]) == ("synthetic", "worker") for r in rows.values())
     assert all(r["ci95"][0] <= r["top1_mean"] <= r["ci95"][1] for r in study["rows"])
     names = {path.name for path in (out / "figures").iterdir()}
     assert {"accuracy_contiguous_M2.png", "q_recovery_contiguous.png", "quality_vs_gap.png",
             "accuracy_study.txt"} <= names
     assert "smallest q whose 95 % interval reaches global's" in first.stdout
+
+    # a variant (real digits, BatchNorm over the global batch) is filed under the main study's variants
+    variant = run("experiments/accuracy_study.py", *study_args, "--partitions", "contiguous", "--dataset", "digits",
+                  "--out", str(tmp_path / "digits"), "--into", str(tmp_path / "study.json"), "model.norm=global",
+                  f"dataset.root={tmp_path / 'data-digits'}", "dataset.synthesize.size=8", "batch_size=16")
+    assert "filed as digits/global under" in variant.stdout
+    filed = json.loads((tmp_path / "study.json").read_text())["variants"]["digits/global"]
+    assert {(r["partition"], r["strategy"], r["dataset"], r["norm"]) for r in filed["rows"]} == {
+        ("contiguous", "global", "digits", "global"), ("contiguous", "local", "digits", "global")}
+    assert {run["norm"] for run in filed["runs"]} == {"global"} and len(filed["runs"]) == 4
+
     again = run(*args)
-    assert again.stdout.count("2 seeds complete, reused") == 2
+    assert again.stdout.count("2 seeds complete, reused") == 3
+    assert "digits/global" in json.loads((tmp_path / "study.json").read_text())["variants"]  # kept
 
 
 def test_accuracy_study_refuses_one_seed():

@@ -10,7 +10,7 @@ import pytest
 
 from hpcshuffle.analysis.intervals import interval95, reaches, t975
 from hpcshuffle.analysis.report import collect, find_runs
-from hpcshuffle.analysis.study import points, study_table, summary
+from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
 from tests.unit.test_tune import write_run
 
@@ -115,3 +115,11 @@ def test_tune_q_with_one_seed_says_why_there_is_no_interval(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "workers 4: smallest q within 1.00 of global (80.00): q=0 (local, 79.50)" in out
     assert "95 % interval" not in out.split("\n\n")[-1]
+
+
+def test_correlation_is_none_where_r_is_not_defined():
+    constant_gap = [(0.1, 0.0, "random"), (0.2, 0.0, "random"), (0.3, 0.0, "random")]
+    assert correlation(constant_gap) == {"runs": 3, "pearson_r": None, "pearson_r_random": None}
+    two = [(0.1, -5.0, "contiguous"), (0.5, -50.0, "contiguous")]
+    found = correlation(constant_gap + two)
+    assert found["pearson_r_contiguous"] is None and found["pearson_r"] == -0.839  # over all 5 runs
