@@ -16,9 +16,13 @@ the curves per epoch with interval bands (`accuracy_<partition>_M<M>.png`), the 
 
     python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]
         [--strategies global local partial-0.1 ...] [--seeds 3] [--epochs 12] [--jobs 2]
-        [--out results/experiments/accuracy_study] [--json PATH] [--figures DIR] [override ...]
+        [--dataset synthetic|digits] [--out results/experiments/accuracy_study] [--json PATH]
+        [--figures DIR] [--into MAIN_JSON] [override ...]
 
 Trailing overrides follow the defaults below and win over them, e.g. `model=inceptionv4_small`.
+Global shuffling has no partition: its runs are trained under the first partition and stand for
+the others. A variant (`--dataset digits`, `model.norm=global`) files itself under the main
+study's JSON with `--into`, keyed `<dataset>/<norm>`; every row, cell and run names both.
 """
 
 from __future__ import annotations
