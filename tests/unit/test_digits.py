@@ -76,3 +76,11 @@ def test_plan_without_a_size_says_how_to_give_one(capsys):
     with pytest.raises(SystemExit):
         main(["plan", "--workers", "4", "--shuffle", "local"])
     assert "give N with --samples, or --dataset ROOT to list it" in capsys.readouterr().err
+
+
+def test_dataset_digits_composes_into_a_run_config_that_writes_it_on_first_use():
+    from tests.unit.test_config import run_config
+
+    config = run_config("dataset=digits")
+    assert (config.dataset.format, config.dataset.augment) == ("digits", "none")  # a flipped digit is not one
+    assert config.dataset.synthesize == {"size": 32, "val_fraction": 0.2, "seed": 0}  # one split for every run
