@@ -53,7 +53,7 @@ from hpcshuffle.analysis.study import (
     summary,
 )
 from hpcshuffle.analysis.tune import tune_q, tune_table
-from hpcshuffle.formats import digits
+from hpcshuffle.formats import digits, get_format
 from hpcshuffle.plan import PlanSpec, get_strategy, with_role
 from hpcshuffle.training.metrics import validation_score
 
@@ -146,14 +146,17 @@ def _strategy_of(row: dict) -> str:
 
 
 def training_labels(dataset: dict, samples: int):
-    """The training labels in listing order of a study dataset, from its config alone (no image read):
-    the synthetic ImageFolder lists its C balanced classes class by class; digits' split is a function
-    of its seed."""
+    """The training labels in listing order of a run's dataset, from its config alone where it can (no
+    image read): the synthetic ImageFolder lists its C balanced classes class by class, digits' split is
+    a function of its seed; any other dataset is listed."""
     spec = dataset["synthesize"]
     if dataset["format"] == "digits":
         labels = digits.train_labels(spec["val_fraction"], spec["seed"])
-    else:
+    elif dataset["format"] == "imagefolder" and spec:
         labels = balanced_labels(samples, spec["classes"])
+    else:
+        dataset_format = get_format(dataset["format"])
+        labels = dataset_format.scan(Path(dataset["root"]), dataset_format.splits[0]).labels
     if len(labels) != samples:
         raise RuntimeError(f"{dataset['root']}: the run trained on {samples} samples but its config lists {len(labels)}")
     return labels
