@@ -54,8 +54,8 @@ def one_config(comm, kind: str, size: int, q: float, bytes_per_rank: int, batch:
     from mpi4py import MPI
 
     from hpcshuffle.comm.exchange import Scheduler
+    from hpcshuffle.formats.catalog import SampleMeta
     from hpcshuffle.plan import PlanSpec, plan_epochs
-    from hpcshuffle.storage.layout import SampleMeta
     from hpcshuffle.storage.store import Store
 
     rank, ranks = comm.Get_rank(), comm.Get_size()

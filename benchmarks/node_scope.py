@@ -20,8 +20,8 @@ import tempfile
 from collections import Counter
 from pathlib import Path
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.training.metrics import read_jsonl
 
 
 def train(work: Path, name: str, ranks: int, data: Path, overrides: list[str]) -> Path:

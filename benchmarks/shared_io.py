@@ -73,7 +73,7 @@ import numpy as np
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-from hpcshuffle.storage.dataset import ensure_synthetic
+from hpcshuffle.staging.dataset import ensure_synthetic
 from hpcshuffle.storage.shared_io import START_HINT, direct_io, mount_of, shared_volume
 from hpcshuffle.storage.store import Store
 

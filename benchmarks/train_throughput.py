@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from hpcshuffle import models
-from hpcshuffle.training.metrics import read_jsonl
+from hpcshuffle.files import read_jsonl
 
 
 def bare_loop(args: argparse.Namespace) -> float:

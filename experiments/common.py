@@ -11,8 +11,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.storage.shared_io import shared_volume
-from hpcshuffle.training.metrics import read_jsonl
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -3,7 +3,7 @@ of 1, 2 or 3 nodes, for the SimGrid scale model (hpcshuffle/scale/), which needs
 file's read time and its spread grow when many clients share one storage server.
 
 What is timed: one reader is a thread that opens a file, reads it whole and closes it, as global
-shuffling reads a sample (hpcshuffle.storage.files.read_chunks with `uncached`: the file's pages dropped
+shuffling reads a sample (hpcshuffle.files.read_chunks with `uncached`: the file's pages dropped
 from the node's page cache after the read; the mounts of scripts/shared_fs.sh and
 scripts/cluster.sh also use direct-io-mode=enable with the client's caches off, so every read
 crosses FUSE and TCP to the brick). Each reader reads its own distinct files of a pool of
@@ -183,7 +183,7 @@ def prepare(root: Path, files: int, nbytes: int) -> None:
 
 def read_whole(path: Path) -> int:
     """Read a file as global shuffling reads a sample from shared storage (pages dropped after)."""
-    from hpcshuffle.storage.files import read_chunks
+    from hpcshuffle.files import read_chunks
 
     return sum(len(chunk) for chunk in read_chunks(path, uncached=True))
 
@@ -192,7 +192,7 @@ def probe(root: Path, pool: int, nodes: int, node: int, readers: int, per_reader
           start_at: float | None) -> dict:
     """k reader threads on this node, each reading its files one after the other, all starting at
     `start_at` (wall clock, shared by the nodes of one machine) or at once; every file's seconds."""
-    import hpcshuffle.storage.files  # noqa: F401  (imported before the start: not timed)
+    import hpcshuffle.files  # noqa: F401  (imported before the start: not timed)
 
     plan = assignment(pool, nodes, node, readers, per_reader, seed)
     times: list[list[float]] = [[] for _ in range(readers)]

@@ -24,6 +24,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from hpcshuffle.analysis.labels import shuffle_quality
 from hpcshuffle.comm import chaos
 from hpcshuffle.comm.peers import Peers
 from hpcshuffle.comm.world import (
@@ -38,7 +39,7 @@ from hpcshuffle.datapath import RunContext, build_data_path
 from hpcshuffle.datapath.virtual import virtual_workers
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.plan import EpochPlan
-from hpcshuffle.storage.dataset import prepare_dataset
+from hpcshuffle.staging.dataset import prepare_dataset
 from hpcshuffle.storage.loader import validation_loader
 from hpcshuffle.storage.shards import shard_summary
 from hpcshuffle.storage.shared_io import describe
@@ -52,7 +53,6 @@ from hpcshuffle.training.run import (
     plan_spec,
     replay_plans,
     run_identity,
-    shuffle_quality,
 )
 from hpcshuffle.training.sinks import WandbSink, write_epoch
 
@@ -90,9 +90,9 @@ class Trainer:
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)
         resumed = self.checkpointer.find()
         self.start_epoch, self.start_step = (resumed["epoch"], resumed["step"]) if resumed else (0, 0)
-        self.quality = shuffle_quality(config, self.spec, train_catalog) if world.is_root else None
+        self.quality = shuffle_quality(config.dataset.format, train_catalog.labels, self.spec) if world.is_root else None
         self.plans = replay_plans(self.spec, config.shuffle.name, config.epochs, self.start_epoch,
-                                  self.quality.mixing if self.quality else None)
+                                  self.quality.mixing.add_epoch if self.quality else None)
         first_plan = self.first_plan = next(self.plans)
         codec = open_codec(world, config, train_catalog)
         plan_key = config_digest(f"{train_catalog.fingerprint()} {self.spec} {config.shuffle.name}")

@@ -58,7 +58,7 @@ def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str, layou
 
 def audit_by_epoch(run_dir: Path) -> dict[int, list[dict]]:
     """audit.jsonl as {epoch: rows sorted by rank}."""
-    from hpcshuffle.training.metrics import read_jsonl
+    from hpcshuffle.files import read_jsonl
 
     by_epoch: dict[int, list[dict]] = {}
     for row in read_jsonl(run_dir / "audit.jsonl"):

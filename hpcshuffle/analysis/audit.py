@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-from hpcshuffle.training.metrics import read_jsonl
+from hpcshuffle.files import read_jsonl
 
 
 def audit_problems(run_dir: Path) -> list[str]:

@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from hpcshuffle.analysis.quality import PairMixing
+from hpcshuffle.formats import get_format
 from hpcshuffle.plan import PlanSpec, plan_epochs
 
 NO_LABELS = "has no class labels"  # what a run or `plan --quality` says of a dataset without them
@@ -139,6 +140,18 @@ class EpochQuality:
         if self.skew is not None:
             record["labels"] = self.skew.epoch(order)
         return record
+
+
+def shuffle_quality(dataset_format: str, labels: Sequence[int], spec: PlanSpec) -> EpochQuality:
+    """Rank 0's `mixing` of every epoch of a run: pair mixing, and label skew where the format's
+    listing holds the classes (said once when it does not)."""
+    skew = None
+    if get_format(dataset_format).class_labels:
+        skew = LabelSkew(np.asarray(labels, dtype=np.int64), spec.batch_size)
+    else:
+        print(f"shuffle quality: dataset format {dataset_format} {NO_LABELS} (they are inside the "
+              "files), so metrics.jsonl records pair mixing and no label skew", flush=True)
+    return EpochQuality(PairMixing(spec.num_samples, spec.num_ranks, seed=spec.seed), skew)
 
 
 def plan_quality(spec: PlanSpec, shuffle: str, epochs: int, labels: np.ndarray | None) -> list[dict]:

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import yaml
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import run_label as strategy_label
 from hpcshuffle.plan import with_role
 from hpcshuffle.training.metrics import (
     PHASES,
-    read_jsonl,
     record_util,
     validation_score,
 )

@@ -28,7 +28,7 @@ def cmd_report(args: argparse.Namespace) -> None:
         curve_tables,
         write_plots,
     )
-    from hpcshuffle.training.metrics import read_jsonl
+    from hpcshuffle.files import read_jsonl
 
     run_dirs = expand_runs(args.run_dirs)
     named = {Path(d) for d in args.run_dirs}

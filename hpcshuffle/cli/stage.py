@@ -51,8 +51,8 @@ def cmd_stage(args: argparse.Namespace) -> None:
     from a single process (taken to be that node's, in local-rank order)."""
     from hpcshuffle.comm.world import discover, on_root
     from hpcshuffle.formats import get_format
+    from hpcshuffle.staging.stage import stage_stores
     from hpcshuffle.storage.layout import rank_dir
-    from hpcshuffle.storage.stage import stage_stores
     from hpcshuffle.storage.store import Store
 
     strategy = get_strategy(args.shuffle)
@@ -87,7 +87,7 @@ def stage_targets(
     """What each of `ranks` (consecutive local ranks from `first_local_rank` of a node of
     `local_size`) holds at epoch 0: its share of the node's replica where the strategy reads
     shared storage, else its partition in the epoch-0 plan."""
-    from hpcshuffle.storage.stage import replica_ids
+    from hpcshuffle.staging.stage import replica_ids
 
     if strategy.home == HOME_SHARED:
         return [replica_ids(spec.num_samples, first_local_rank + index, local_size) for index in range(len(ranks))]

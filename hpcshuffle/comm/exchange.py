@@ -45,8 +45,8 @@ from mpi4py import MPI
 
 from hpcshuffle.comm import chaos
 from hpcshuffle.comm.transport import MAX_MESSAGE_BYTES, ExchangeError, Transport
+from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.plan import EpochPlan, Exchange
-from hpcshuffle.storage.layout import SampleMeta
 from hpcshuffle.storage.packs import release
 from hpcshuffle.storage.store import Store
 

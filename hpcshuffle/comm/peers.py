@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hpcshuffle.comm.world import World
 from hpcshuffle.errors import PeerLost
-from hpcshuffle.storage.files import atomic_write
+from hpcshuffle.files import atomic_write
 
 GRACE_S = 10.0  # the roll call's length at most; ranks that time out on the same collective do so within it
 POLL_S = 0.01

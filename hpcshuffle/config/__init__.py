@@ -28,9 +28,9 @@ from hpcshuffle.config.groups import (
     WorldConfig,
     at_least,
 )
+from hpcshuffle.config.optim import OptimConfig
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.plan import HOME_SHARED, STRATEGIES, Strategy
-from hpcshuffle.training.optim import OptimConfig
 
 PRECISIONS = ("fp32", "bf16")
 

@@ -15,11 +15,14 @@ from typing import Any, Optional
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.plan import PARTITIONS, STRATEGIES, Strategy, get_strategy
-from hpcshuffle.storage.cache import POLICIES
-from hpcshuffle.storage.shared_io import SHARED_READS, UNCACHED
 
 SCOPES = ("auto", "node", "rank")
 UNITS = ("sample", "shard")
+# how a run reads shared storage (storage/shared_io.py): dropping each file from the page cache, or not
+UNCACHED, CACHED = "uncached", "cached"
+SHARED_READS = (UNCACHED, CACHED)
+# the planned caches of shared reads (storage/cache.py: POLICIES, one class per name)
+CACHE_POLICIES = ("lru", "nopfs", "reuse_count", "reuse_distance")
 
 
 def at_least(prefix: str, **values: int | float) -> None:
@@ -200,8 +203,8 @@ class CacheConfig:
     samples: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if self.policy != "none" and self.policy not in POLICIES:
-            raise ConfigError(f"cache.policy must be 'none' or one of {sorted(POLICIES)}, got {self.policy!r}")
+        if self.policy != "none" and self.policy not in CACHE_POLICIES:
+            raise ConfigError(f"cache.policy must be 'none' or one of {sorted(CACHE_POLICIES)}, got {self.policy!r}")
         if self.policy != "none" and self.samples is not None and self.samples < 1:
             raise ConfigError(f"cache.samples must be >= 1 or null (a quarter of a rank's reads), got {self.samples}")
 

@@ -11,13 +11,13 @@ import numpy as np
 
 from hpcshuffle.comm.world import World, agree
 from hpcshuffle.config import RunConfig
+from hpcshuffle.files import atomic_write
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import EpochPlan, PlanSpec
-from hpcshuffle.storage.files import atomic_write
+from hpcshuffle.staging.stage import stage_stores
 from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.loader import EpochOrder, Locator, Samples, make_loader
-from hpcshuffle.storage.stage import stage_stores
 from hpcshuffle.storage.store import Store, StoreError
 from hpcshuffle.training.metrics import RankEpoch
 

@@ -12,8 +12,8 @@ from hpcshuffle.datapath.base import (
     rank_store_dir,
 )
 from hpcshuffle.plan import EpochPlan
+from hpcshuffle.staging.stage import replica_ids
 from hpcshuffle.storage.node_cache import PlannedCache
-from hpcshuffle.storage.stage import replica_ids
 from hpcshuffle.training.metrics import RankEpoch
 
 

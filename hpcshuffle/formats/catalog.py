@@ -19,8 +19,27 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import BinaryIO
 
-from hpcshuffle.storage.files import drop_cached, read_chunks
-from hpcshuffle.storage.layout import SampleMeta
+from hpcshuffle.files import drop_cached, read_chunks
+
+
+@dataclass(frozen=True)
+class SampleMeta:
+    """What the store keeps about a sample besides its bytes.
+
+    `nbytes` and `checksum` describe the bytes (checked on every verify and after every
+    transfer); `source_mtime_ns` is the source file's mtime when it was staged, so a dataset
+    changed since staging is noticed.
+    """
+
+    sample_id: int
+    relpath: str  # path inside the dataset root, e.g. "train/class_003/000123.jpg"
+    label: int
+    nbytes: int = 0
+    checksum: str = ""
+    source_mtime_ns: int = 0
+
+    def row(self) -> list:
+        return [self.relpath, self.label, self.nbytes, self.checksum, self.source_mtime_ns]
 
 
 class DatasetError(ValueError):

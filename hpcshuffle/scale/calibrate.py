@@ -35,9 +35,9 @@ from pathlib import Path
 import yaml
 
 from hpcshuffle.analysis.report import steady_means
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import get_strategy
 from hpcshuffle.scale.platform import PlatformError
-from hpcshuffle.training.metrics import read_jsonl
 
 PHASE_KEYS = ("epoch", "io", "exchange", "fwbw", "allreduce")
 

@@ -13,40 +13,20 @@ Layout::
     <root>/.lock                             held (flock) while a process owns the store
 
 `<root>` is a rank's own directory under the node-local one (`rank_dir`); a manifest row is a
-`SampleMeta`. Reading a manifest raises what parsing raises (ValueError, KeyError, TypeError);
+`SampleMeta` (formats/catalog.py). Reading a manifest raises what parsing raises (ValueError, KeyError, TypeError);
 the store turns that into a StoreError that says what to do (store.py).
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
-from hpcshuffle.storage.files import atomic_write
+from hpcshuffle.files import atomic_write
+from hpcshuffle.formats.catalog import SampleMeta
 
 MANIFEST = "manifest.json"
 LOCATIONS = "locations.json"  # where packed samples are, for readers without the store (`published_locations`)
-
-
-@dataclass(frozen=True)
-class SampleMeta:
-    """What the store keeps about a sample besides its bytes.
-
-    `nbytes` and `checksum` describe the bytes (checked on every verify and after every
-    transfer); `source_mtime_ns` is the source file's mtime when it was staged, so a dataset
-    changed since staging is noticed.
-    """
-
-    sample_id: int
-    relpath: str  # path inside the dataset root, e.g. "train/class_003/000123.jpg"
-    label: int
-    nbytes: int = 0
-    checksum: str = ""
-    source_mtime_ns: int = 0
-
-    def row(self) -> list:
-        return [self.relpath, self.label, self.nbytes, self.checksum, self.source_mtime_ns]
 
 
 def rank_dir(local_dir: Path, rank: int) -> Path:

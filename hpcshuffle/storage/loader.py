@@ -31,11 +31,11 @@ import torch
 from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
 
 from hpcshuffle.config.groups import LoaderConfig
+from hpcshuffle.files import atomic_write, read_at
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
 from hpcshuffle.storage.fetch import BatchFetcher
-from hpcshuffle.storage.files import atomic_write, read_at
 from hpcshuffle.storage.layout import sample_path
 from hpcshuffle.storage.node_cache import NOT_CACHED, cache_file
 from hpcshuffle.storage.packs import Location

@@ -21,8 +21,8 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import xxhash
 
-from hpcshuffle.storage.files import atomic_write
-from hpcshuffle.storage.layout import SampleMeta
+from hpcshuffle.files import atomic_write
+from hpcshuffle.formats.catalog import SampleMeta
 
 PACK_SUFFIX = ".pack"
 PACK_FOOTER = struct.Struct("<Q8s")  # a pack ends with its trailer's length and this magic

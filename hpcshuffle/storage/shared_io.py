@@ -29,10 +29,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from hpcshuffle.config.groups import CACHED, UNCACHED
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 
-UNCACHED, CACHED = "uncached", "cached"
-SHARED_READS = (UNCACHED, CACHED)
 # file systems whose files live on other machines: reading them is reading shared storage
 NETWORK_TYPES = ("nfs", "nfs4", "lustre", "gpfs", "beegfs", "ceph", "cifs", "smb3", "9p", "fuse.glusterfs",
                  "fuse.sshfs", "fuse.ceph", "fuse.juicefs", "fuse.s3fs", "fuse.gcsfuse")
@@ -223,7 +222,7 @@ def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
 
 
 __all__ = [
-    "CACHED", "SHARED_READS", "UNCACHED", "Mount", "SharedStorageError", "check_shared_dir", "check_still_there",
+    "Mount", "SharedStorageError", "check_shared_dir", "check_still_there",
     "describe", "direct_io", "estimated_bytes", "mount_of", "node_memory_bytes", "shared_mount", "warnings_for",
     "why_gone",
 ]

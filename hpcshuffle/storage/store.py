@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import xxhash
 
-from hpcshuffle.storage.files import (
+from hpcshuffle.files import (
     atomic_write,
     checksum_of,
     fsync_dir,
@@ -28,10 +28,10 @@ from hpcshuffle.storage.files import (
     read_exact,
     syncfs,
 )
+from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.storage.layout import (
     LOCATIONS,
     MANIFEST,
-    SampleMeta,
     read_manifest,
     sample_file,
     write_manifest,

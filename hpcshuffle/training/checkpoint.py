@@ -28,7 +28,7 @@ from mpi4py import MPI
 
 from hpcshuffle.comm.world import World, on_root
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.storage.files import atomic_write
+from hpcshuffle.files import atomic_write
 from hpcshuffle.training.metrics import RankEpoch, drop_epochs_from
 
 FILE = "checkpoint.pt"

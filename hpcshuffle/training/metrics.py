@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from hpcshuffle.files import read_jsonl
+
 PHASES = ("io", "exchange", "fwbw", "allreduce", "epoch")
 # skipped: unreadable samples left out of their batch (loader.on_error=skip)
 # read_cache: reads the planned cache (cache.policy) served instead of shared storage
@@ -90,29 +92,6 @@ def _mean_of_known(values: tuple[float | None, ...]) -> float | None:
     return sum(known) / len(known) if known else None
 
 
-def append_jsonl(path: Path, record: dict) -> None:
-    with open(path, "a") as out:
-        out.write(json.dumps(record) + "\n")
-
-
-def read_jsonl(path: Path, partial_last: bool = False) -> list[dict]:
-    """The records of a JSON-lines file.
-
-    Args:
-        partial_last: leave out a cut-off last line (a run killed mid-write) instead of failing;
-            a bad line before it fails either way.
-    """
-    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
-    records = []
-    for number, line in enumerate(lines, start=1):
-        try:
-            records.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if not (partial_last and number == len(lines)):
-                raise ValueError(f"{path}:{number} is not JSON ({err}); repair it or move that run away") from err
-    return records
-
-
 def drop_epochs_from(path: Path, epoch: int) -> int:
     """Remove the records of `epoch` and later (a resumed run writes them again); returns how many."""
     if not path.exists():
@@ -157,6 +136,6 @@ def label_skew_text(record: dict) -> str:
 
 
 __all__ = [
-    "COUNTERS", "PHASES", "RankEpoch", "append_jsonl", "drop_epochs_from", "read_jsonl", "record_util", "reduce_epoch",
+    "COUNTERS", "PHASES", "RankEpoch", "drop_epochs_from", "record_util", "reduce_epoch",
     "table_row", "utilisation", "validation_score",
 ]

@@ -5,12 +5,10 @@ in, and the dataset format's codec. A run that cannot be built fails on every ra
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import numpy as np
 
-from hpcshuffle.analysis.labels import NO_LABELS, EpochQuality, LabelSkew
-from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.comm.world import World, node_size, on_all
 from hpcshuffle.config import RunConfig
 from hpcshuffle.errors import ConfigError
@@ -46,27 +44,15 @@ def run_identity(world: World, config: RunConfig, spec: PlanSpec, catalog: Catal
     }
 
 
-def shuffle_quality(config: RunConfig, spec: PlanSpec, catalog: Catalog) -> EpochQuality:
-    """Rank 0's `mixing` of every epoch: pair mixing, and label skew where the dataset's listing holds
-    its classes (said once when it does not)."""
-    skew = None
-    if get_format(config.dataset.format).class_labels:
-        skew = LabelSkew(np.asarray(catalog.labels, dtype=np.int64), config.batch_size)
-    else:
-        print(f"shuffle quality: dataset format {config.dataset.format} {NO_LABELS} (they are inside the "
-              "files), so metrics.jsonl records pair mixing and no label skew", flush=True)
-    return EpochQuality(PairMixing(spec.num_samples, spec.num_ranks, seed=config.seed), skew)
-
-
 def replay_plans(spec: PlanSpec, shuffle: str, epochs: int, start_epoch: int,
-                 mixing: PairMixing | None) -> Iterator[EpochPlan]:
+                 replayed: Callable[[list[np.ndarray]], object] | None) -> Iterator[EpochPlan]:
     """The plans of epochs [start_epoch, epochs), after one replay of the plans from epoch 0: a resumed
-    run's earlier epochs give the partition it resumes with and, into `mixing` (rank 0's), the shuffle
-    quality (analysis/quality.py) so far."""
+    run's earlier epochs give the partition it resumes with and, through `replayed` (rank 0's pair
+    mixing, analysis/quality.py), each earlier epoch's order, so the shuffle quality so far."""
     plans = plan_epochs(spec, shuffle, epochs)
     for past in itertools.islice(plans, start_epoch):
-        if mixing is not None:
-            mixing.add_epoch(past.order)
+        if replayed is not None:
+            replayed(past.order)
     return plans
 
 

@@ -9,7 +9,8 @@ import os
 import sys
 from pathlib import Path
 
-from hpcshuffle.training.metrics import append_jsonl, table_row
+from hpcshuffle.files import append_jsonl
+from hpcshuffle.training.metrics import table_row
 
 
 def flatten(record: dict, prefix: str = "") -> dict:

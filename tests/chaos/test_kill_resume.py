@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 
 from hpcshuffle.comm.chaos import ENV
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage.store import Store
 from hpcshuffle.training.checkpoint import PREEMPT_EXIT_CODE
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import (
     BATCH,
     EPOCHS,

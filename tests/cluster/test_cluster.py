@@ -17,10 +17,10 @@ import time
 import pytest
 
 from hpcshuffle.comm.chaos import STOP_ENV
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.store import Store
-from hpcshuffle.training.metrics import read_jsonl
 from tests.cluster.conftest import NODES, cluster_sh
 from tests.conftest import audit_by_epoch
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.training.metrics import read_jsonl
+from hpcshuffle.files import read_jsonl
 from tests.conftest import REPO, mpi_env
 
 pytestmark = pytest.mark.e2e

@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage.shared_io import direct_io
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import (
     BATCH,
     REPO,

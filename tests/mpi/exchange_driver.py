@@ -19,8 +19,8 @@ from mpi4py import MPI
 
 from hpcshuffle.comm.exchange import Scheduler
 from hpcshuffle.comm.loans import Lender
+from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
-from hpcshuffle.storage.layout import SampleMeta
 from hpcshuffle.storage.store import Store
 
 AHEAD_STEPS = 2

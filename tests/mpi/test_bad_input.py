@@ -10,8 +10,8 @@ import sys
 import pytest
 import torch
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.formats.synthetic import synth_imagefolder
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import run_mpi, train_args
 
 pytestmark = pytest.mark.mpi

@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from hpcshuffle.training.metrics import read_jsonl
+from hpcshuffle.files import read_jsonl
 from tests.conftest import audit_by_epoch, run_mpi
 
 pytestmark = pytest.mark.mpi

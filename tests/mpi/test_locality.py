@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from hpcshuffle.comm.chaos import ENV
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import SMALL_SAMPLES, audit_by_epoch, run_mpi, train_args
 
 pytestmark = pytest.mark.mpi

@@ -11,8 +11,8 @@ import sys
 
 import pytest
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import (
     BATCH,
     EPOCHS,

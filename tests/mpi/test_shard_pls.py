@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import audit_by_epoch, dead_pack_bytes, run_mpi
 
 pytestmark = pytest.mark.mpi

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.plan import PlanSpec, initial_partition, plan_epochs
 from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.store import Store
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import REPO, SHORT_EPOCHS, mpi_env, run_mpi, train_args
 
 pytestmark = pytest.mark.mpi

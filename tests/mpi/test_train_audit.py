@@ -11,9 +11,9 @@ import json
 import numpy as np
 import pytest
 
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage.cache_sim import rank_trace, simulate
-from hpcshuffle.training.metrics import read_jsonl
 from tests.conftest import BATCH, EPOCHS, SHORT_EPOCHS, SMALL_SAMPLES, audit_by_epoch
 
 pytestmark = pytest.mark.mpi

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from hpcshuffle.training.metrics import read_jsonl
+from hpcshuffle.files import read_jsonl
 from tests.conftest import REPO, audit_by_epoch, mpi_env
 
 pytestmark = pytest.mark.slurm

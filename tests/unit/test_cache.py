@@ -18,6 +18,13 @@ from hpcshuffle.storage.cache_sim import rank_trace, simulate
 POLICY_NAMES = sorted(POLICIES)
 
 
+def test_the_config_names_every_policy_and_no_other():
+    """config/ checks cache.policy against its own names (it may not import storage/): they must be these."""
+    from hpcshuffle.config.groups import CACHE_POLICIES
+
+    assert sorted(CACHE_POLICIES) == POLICY_NAMES
+
+
 def random_traces(count: int, max_length: int, max_ids: int, seed: int):
     rng = np.random.default_rng(seed)
     for _ in range(count):

@@ -14,6 +14,7 @@ from mpi4py import MPI
 
 from hpcshuffle.config import CheckpointConfig, LoaderConfig
 from hpcshuffle.errors import ConfigError
+from hpcshuffle.files import append_jsonl, read_jsonl
 from hpcshuffle.training import checkpoint
 from hpcshuffle.training.checkpoint import (
     Preemption,
@@ -22,7 +23,7 @@ from hpcshuffle.training.checkpoint import (
     restore_rng,
     rng_state,
 )
-from hpcshuffle.training.metrics import append_jsonl, drop_epochs_from, read_jsonl
+from hpcshuffle.training.metrics import drop_epochs_from
 
 PLAN = {"shuffle": "partial", "num_samples": 211, "num_ranks": 4, "batch_size": 8, "q": 0.5, "seed": 0,
         "partition": "random", "shard_samples": 1, "shuffle_buffer": 0, "dataset": "ab"}

@@ -126,7 +126,7 @@ def test_a_synthetic_dataset_from_before_formats_is_reused_as_imagefolder(tmp_pa
 
     from hpcshuffle.formats.catalog import DatasetError
     from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-    from hpcshuffle.storage.dataset import ensure_synthetic
+    from hpcshuffle.staging.dataset import ensure_synthetic
 
     spec = {"samples": 20, "classes": 2, "size": 8}
     (tmp_path / "data").mkdir()

@@ -11,8 +11,8 @@ import pytest
 from mpi4py import MPI
 
 from hpcshuffle.comm.exchange import ExchangeError, Scheduler
+from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.plan import Exchange
-from hpcshuffle.storage.layout import SampleMeta
 from hpcshuffle.storage.store import Store, StoreError
 
 BIG_SAMPLE_BYTES = 5000

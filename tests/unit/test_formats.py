@@ -19,7 +19,7 @@ from hpcshuffle.cli import main
 from hpcshuffle.formats import FORMATS, cifar, deepcam, get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import DatasetOptions, SampleError
-from hpcshuffle.storage.stage import assess, execute
+from hpcshuffle.staging.stage import assess, execute
 from hpcshuffle.storage.store import Store
 
 # tiny datasets: (format, synthesize spec, training / validation samples, classes)

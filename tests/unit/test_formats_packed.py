@@ -22,7 +22,7 @@ from hpcshuffle.cli import main
 from hpcshuffle.formats import deepcam, imagefolder, packed_h5, webdataset
 from hpcshuffle.formats.catalog import DatasetError
 from hpcshuffle.formats.codec import DatasetOptions
-from hpcshuffle.storage.stage import assess, execute
+from hpcshuffle.staging.stage import assess, execute
 from hpcshuffle.storage.store import Store
 
 HEIGHT, WIDTH = 32, 48

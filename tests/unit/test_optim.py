@@ -8,10 +8,10 @@ import pytest
 import torch
 from torch import nn
 
+from hpcshuffle.config.optim import OptimConfig
 from hpcshuffle.training.optim import (
     LAMB,
     LARS,
-    OptimConfig,
     build_optimizer,
     learning_rate,
     trust_ratio,

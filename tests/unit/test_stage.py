@@ -11,6 +11,7 @@ import h5py
 import numpy as np
 import pytest
 
+from hpcshuffle import files
 from hpcshuffle.cli import main
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.formats import deepcam
@@ -18,10 +19,7 @@ from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.imagefolder import scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.storage import files
-from hpcshuffle.storage.capacity import NodeDemand, check_capacity
-from hpcshuffle.storage.layout import rank_dir
-from hpcshuffle.storage.stage import (
+from hpcshuffle.staging.stage import (
     StageReport,
     assess,
     demand,
@@ -30,6 +28,8 @@ from hpcshuffle.storage.stage import (
     replica_ids,
     require_staged,
 )
+from hpcshuffle.storage.capacity import NodeDemand, check_capacity
+from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.store import Store, StoreError
 
 SAMPLES = 60

@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from hpcshuffle.storage.files import checksum_of
-from hpcshuffle.storage.layout import MANIFEST, SampleMeta, sample_path
+from hpcshuffle.files import checksum_of
+from hpcshuffle.formats.catalog import SampleMeta
+from hpcshuffle.storage.layout import MANIFEST, sample_path
 from hpcshuffle.storage.store import Store, StoreError
 
 

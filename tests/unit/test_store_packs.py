@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import xxhash
 
-from hpcshuffle.storage.layout import SampleMeta
+from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.storage.loader import Locator
 from hpcshuffle.storage.packs import release
 from hpcshuffle.storage.store import Store, StoreError, published_locations

@@ -8,8 +8,8 @@ from mpi4py import MPI
 
 from hpcshuffle.comm.loans import Lender
 from hpcshuffle.comm.transport import ExchangeError
+from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.plan import EpochPlan, Loans, PlanSpec
-from hpcshuffle.storage.layout import SampleMeta
 from hpcshuffle.storage.store import Store
 
 BIG_SAMPLE = bytes(range(256)) * 20  # 5120 bytes: several messages of at most 1000

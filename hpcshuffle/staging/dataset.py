@@ -11,12 +11,12 @@ from pathlib import Path
 
 from hpcshuffle.comm.world import World, agree, on_root
 from hpcshuffle.config import RunConfig
+from hpcshuffle.config.groups import UNCACHED
 from hpcshuffle.formats import get_format
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
 from hpcshuffle.storage.shared_io import (
     START_HINT,
-    UNCACHED,
     check_shared_dir,
     mount_of,
     node_memory_bytes,

@@ -1,15 +1,16 @@
-"""Plain file I/O under the node-local store and around it: atomic, durable writes
-(`atomic_write`, `fsync_dir`, `syncfs`), reads (`read_chunks` in pieces, `read_at`, `read_exact`)
-that can leave this node's page cache as it was (`drop_cached`), and the checksum every stored
-sample carries (`checksum_of`).
+"""Plain file I/O, the lowest layer every other one may use: atomic, durable writes (`atomic_write`,
+`fsync_dir`, `syncfs`), reads (`read_chunks` in pieces, `read_at`, `read_exact`) that can leave this
+node's page cache as it was (`drop_cached`), the checksum every stored sample carries
+(`checksum_of`), and JSON-lines records (`append_jsonl`, `read_jsonl`: metrics.jsonl, audit.jsonl).
 
-Nothing here knows what a sample, a pack or a manifest is (store.py, packs.py, layout.py).
+Nothing here knows what a sample, a pack, a manifest or a run is (storage/, training/metrics.py).
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -134,3 +135,27 @@ def read_exact(path: str, view: memoryview, offset: int, *, to_end: bool) -> boo
         return got == len(view) and not (to_end and os.pread(fd, 1, offset + len(view)))
     finally:
         os.close(fd)
+
+
+def append_jsonl(path: Path, record: dict) -> None:
+    """Append `record` as one JSON line to `path` (created if missing)."""
+    with open(path, "a") as out:
+        out.write(json.dumps(record) + "\n")
+
+
+def read_jsonl(path: Path, partial_last: bool = False) -> list[dict]:
+    """The records of a JSON-lines file.
+
+    Args:
+        partial_last: leave out a cut-off last line (a run killed mid-write) instead of failing;
+            a bad line before it fails either way.
+    """
+    lines = [line for line in Path(path).read_text().splitlines() if line.strip()]
+    records = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            records.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if not (partial_last and number == len(lines)):
+                raise ValueError(f"{path}:{number} is not JSON ({err}); repair it or move that run away") from err
+    return records
