@@ -1,5 +1,7 @@
-"""The package's shape: no import circle among hpcshuffle's modules, and the top level keeps only
-the few plain modules beside the packages (the data flow reads from `ls hpcshuffle/`).
+"""The package's shape: its packages import each other only downwards, in data-flow order (the
+import-linter contract in pyproject.toml), no import circle among hpcshuffle's modules, parsing a
+config needs no torch, and the top level keeps only the few plain modules beside the packages (the
+data flow reads from `ls hpcshuffle/`).
 
 Imports are read from the source (every `import`, also those inside functions, which is how a
 circle hides), not by importing: a module is a node, `from hpcshuffle.a import b` an edge to
@@ -11,9 +13,14 @@ module importing it back would show.
 from __future__ import annotations
 
 import ast
+import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parents[2] / "hpcshuffle"
+# the layer contract, run on a checkout (its pyproject.toml and hpcshuffle/); exits 1 when broken
+LINT_IMPORTS = "import sys; from importlinter.cli import lint_imports; sys.exit(lint_imports(no_cache=True))"
 TOP_LEVEL_MODULES = 8  # __init__, train, errors and the like; everything else lives in a package
 LARGEST_MODULE = 400  # lines
 
@@ -86,3 +93,27 @@ def test_the_top_level_holds_few_plain_modules_and_no_module_is_long():
             if (n := len(path.read_text().splitlines())) > LARGEST_MODULE}
     assert not long, f"modules over {LARGEST_MODULE} lines (split by what they own): {long}"
     assert len((PACKAGE / "train.py").read_text().splitlines()) < 300, "train.py: parse -> build -> loop -> close"
+
+
+def lint_imports(checkout: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", LINT_IMPORTS], cwd=checkout, env={"PYTHONPATH": str(checkout)},
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_packages_import_only_the_layers_below_them(tmp_path):
+    """The contract holds here, and breaks, naming the import, when storage/ imports comm/ (a layer above)."""
+    kept = lint_imports(PACKAGE.parent)
+    assert kept.returncode == 0 and "1 kept, 0 broken" in kept.stdout, kept.stdout + kept.stderr
+    shutil.copytree(PACKAGE, tmp_path / "hpcshuffle", ignore=shutil.ignore_patterns("__pycache__"))
+    shutil.copy(PACKAGE.parent / "pyproject.toml", tmp_path)
+    with open(tmp_path / "hpcshuffle" / "storage" / "store.py", "a") as store:
+        store.write("from hpcshuffle.comm.world import World  # noqa: E402  (the break under test)\n")
+    broken = lint_imports(tmp_path)
+    assert broken.returncode == 1, broken.stdout + broken.stderr
+    assert "hpcshuffle.storage is not allowed to import hpcshuffle.comm" in broken.stdout, broken.stdout
+    assert "hpcshuffle.storage.store -> hpcshuffle.comm.world" in broken.stdout, broken.stdout
+
+
+def test_parsing_a_run_config_imports_no_torch():
+    check = "import sys, hpcshuffle.config; sys.exit('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", check], cwd=PACKAGE.parent).returncode == 0
