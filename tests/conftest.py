@@ -10,6 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
 
@@ -22,6 +23,14 @@ EPOCHS = 3
 BATCH = 8
 # for runs whose every epoch checks the same facts: one epoch boundary is crossed
 SHORT_EPOCHS = 2
+
+# Hypothesis: `ci` (the default, every `make test`) draws 100 examples per property, `thorough` 1,000:
+# HYPOTHESIS_PROFILE=thorough make check, before changing a planner
+HYPOTHESIS_PROFILES = {"ci": 100, "thorough": 1000}
+for _name, _examples in HYPOTHESIS_PROFILES.items():
+    settings.register_profile(_name, max_examples=_examples, deadline=None,
+                              suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
 def mpi_env() -> dict[str, str]:

@@ -6,7 +6,7 @@ from collections import Counter
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED, FROM_STORE, PlanSpec, plan_epochs
@@ -15,7 +15,7 @@ from hpcshuffle.plan.common import initial_partition
 from hpcshuffle.plan.global_ import plan_global
 from hpcshuffle.plan.locality import plan_locality
 
-SETTINGS = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings()  # examples per test: the profile's (tests/conftest.py)
 
 
 def test_balance_reproduces_the_papers_figure_5():
@@ -23,7 +23,7 @@ def test_balance_reproduces_the_papers_figure_5():
     assert balance(np.array([2, 6, 4]), np.array([4, 4, 4])) == [(1, 0, 2)]
 
 
-@settings(max_examples=500, deadline=None)
+@SETTINGS
 @given(st.lists(st.integers(0, 40), min_size=1, max_size=64))
 def test_balance_evens_out_with_at_most_p_minus_1_transfers(counts):
     counts = np.array(counts)

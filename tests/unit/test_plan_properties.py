@@ -15,7 +15,7 @@ from fractions import Fraction
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from hpcshuffle.plan import (
@@ -37,7 +37,7 @@ from hpcshuffle.plan import (
 )
 
 EPOCHS = 3
-SETTINGS = settings(max_examples=1000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+SETTINGS = settings()  # examples per test: the profile's (tests/conftest.py)
 every_strategy = pytest.mark.parametrize("strategy", STRATEGIES.values(), ids=STRATEGIES.keys())
 
 
