@@ -7,7 +7,7 @@ RANKS ?= 4
 EPOCHS ?= 4
 DEMO := results/demo
 
-.PHONY: install simgrid demo test clean
+.PHONY: install simgrid demo check test clean
 
 install: $(STAMP) simgrid
 
@@ -28,6 +28,12 @@ simgrid: $(STAMP)
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
+
+# the inner loop, in a few minutes: lint (ruff), the layer contract (import-linter) and the unit tier
+check: $(STAMP) simgrid
+	$(BIN)/ruff check .
+	$(BIN)/lint-imports
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -x tests/unit
 
 # -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so
 test: $(STAMP) simgrid
