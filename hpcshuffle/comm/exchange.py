@@ -63,6 +63,8 @@ RECORD = np.dtype([("sample_id", "<i8"), ("label", "<i8"), ("source_mtime_ns", "
 
 @dataclass
 class EpochTraffic:
+    """What this rank sent and received in one epoch's exchange (or one repair): samples and bytes."""
+
     sent: int = 0
     received: int = 0
     sent_bytes: int = 0
@@ -70,6 +72,7 @@ class EpochTraffic:
 
 
 def encode_header(metas: list[SampleMeta]) -> bytes:
+    """A message's header: the sample count, one RECORD per sample, then their relpaths (utf-8)."""
     relpaths = [meta.relpath.encode() for meta in metas]
     records = np.array(
         [(m.sample_id, m.label, m.source_mtime_ns, int(m.checksum, 16), m.nbytes, len(relpath))
@@ -80,6 +83,7 @@ def encode_header(metas: list[SampleMeta]) -> bytes:
 
 
 def decode_header(header: np.ndarray) -> list[SampleMeta]:
+    """The metas of the samples a message carries, in order, from its header (`encode_header`)."""
     (count,) = COUNT.unpack_from(header)
     records_end = COUNT.size + count * RECORD.itemsize
     records = np.frombuffer(header[COUNT.size : records_end], dtype=RECORD)
@@ -193,6 +197,8 @@ class Scheduler:
         self._deleting = self._writer.submit(self._delete, sent, self.plan.epoch)
 
     def close(self) -> None:
+        """Stop the exchange, reader and writer threads (waiting up to CLOSE_WAIT_S for the first), free
+        the transport, and raise a failure of the last epoch's deletes."""
         self._commands.put(None)
         self._thread.join(timeout=CLOSE_WAIT_S)
         self._reader.shutdown(cancel_futures=True)

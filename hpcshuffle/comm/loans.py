@@ -110,6 +110,7 @@ class Lender:
         self.transport.drain(barrier=True, stall_report=self._unsent_report)
 
     def close(self) -> None:
+        """Free the lender's transport (its duplicate communicator: MPI frees it collectively)."""
         self.transport.close()
 
     # -- internals -----------------------------------------------------------------------

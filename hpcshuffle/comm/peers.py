@@ -119,6 +119,7 @@ class Peers:
         self.epoch, self.step = epoch, step
 
     def where(self) -> str:
+        """Where training is, for messages: "at start-up", "of epoch E" or "of epoch E, step S"."""
         if self.epoch is None:
             return "at start-up"
         return f"of epoch {self.epoch}" + ("" if self.step is None else f", step {self.step}")

@@ -249,6 +249,7 @@ class Transport:
         self.wait(finished, stall_report)
 
     def close(self) -> None:
+        """Free the transport's duplicate communicator (collective in MPI: every rank of it calls close)."""
         self.comm.Free()
 
     # -- internals -----------------------------------------------------------------------

@@ -25,6 +25,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class World:
+    """This process's place in the job (`discover`); `comm` carries only small metadata."""
+
     rank: int
     size: int
     local_rank: int  # rank among the processes on this node
@@ -35,6 +37,7 @@ class World:
 
     @property
     def is_root(self) -> bool:
+        """True on rank 0, the rank that prints, writes the run's files and decides for all (`on_root`)."""
         return self.rank == 0
 
 
@@ -179,6 +182,7 @@ def check_same(world: World, what: str, value: str) -> None:
 
 
 def config_digest(text: str) -> str:
+    """16 hex digits (blake2b) of `text`: a config's fingerprint that ranks compare and stores record."""
     return hashlib.blake2b(text.encode(), digest_size=8).hexdigest()
 
 

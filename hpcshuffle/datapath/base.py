@@ -85,6 +85,7 @@ class DataPath:
         self.set_order(plan, first_step)
 
     def set_order(self, plan: EpochPlan, first_step: int) -> None:
+        """Point the loader at this rank's order of `plan` from step `first_step`'s first position on."""
         self.order.set_order(plan.order[self.world.rank][first_step * self.spec.batch_size :], plan.epoch)
 
     def before_step(self, step: int, row: RankEpoch, sample_ids: list[int]) -> None:
@@ -103,6 +104,7 @@ class DataPath:
         return [([], trained)]
 
     def close(self) -> None:
+        """Release what the path holds (its stores, cache, transfer threads); the base holds nothing."""
         pass
 
 
@@ -129,6 +131,7 @@ def open_store(run: RunContext, root: Path, target_ids: np.ndarray | range, head
 
 
 def rank_store_dir(run: RunContext, rank: int) -> Path:
+    """The directory of `rank`'s node-local store under storage.local_dir."""
     return rank_dir(run.config.storage.local_dir, rank)
 
 

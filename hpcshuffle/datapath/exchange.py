@@ -11,6 +11,13 @@ from hpcshuffle.training.metrics import RankEpoch
 
 
 class ExchangePath(StorePath):
+    """Partial local shuffling: reads the store while the Fig. 3 scheduler moves q of it to peers.
+
+    Each step posts that iteration's sends before forward/backward; the epoch's end waits for every
+    receiver, then deletes what was sent and commits the store (collective: every rank ends the epoch).
+    A preempted epoch abandons its exchange and leaves the store as it was at the epoch's start.
+    """
+
     def __init__(self, run: RunContext) -> None:
         super().__init__(run)
         self.scheduler = Scheduler(self.world.comm, self.store, run.plan_key, run.config.world.timeout_s)

@@ -12,6 +12,13 @@ from hpcshuffle.training.metrics import RankEpoch
 
 
 class LoanPath(StorePath):
+    """Locality-aware loading: global shuffling's order read from the node-local stores, from shared
+    storage where the plan says so, and from samples peers lend for one step (`Lender`).
+
+    Loans are posted `shuffle.ahead` steps (at least the DataLoader's look-ahead) before the loader
+    asks for them; the time spent waiting for a borrowed sample is counted as exchange, not io.
+    """
+
     def __init__(self, run: RunContext) -> None:
         super().__init__(run)
         config = run.config

@@ -18,6 +18,9 @@ from hpcshuffle.training.metrics import RankEpoch
 
 
 class SharedPath(DataPath):
+    """Global shuffling: every sample from shared storage, or from the node's full replica
+    (storage.replica, staged when the path is built) or a planned cache of the reads (cache.enabled)."""
+
     def __init__(self, run: RunContext) -> None:
         super().__init__(run)
         config, world, spec = run.config, run.world, run.spec
@@ -36,6 +39,9 @@ class SharedPath(DataPath):
 
     @staticmethod
     def plan_cache(run: RunContext) -> PlannedCache:
+        """Collective: plan this rank's cache of `cache.samples` samples (default a quarter of ⌈N/M⌉)
+        under its store directory; every rank raises ConfigError if any cannot create it. Rank 0
+        prints its planned hit ratio."""
         config, world, spec = run.config, run.world, run.spec
         capacity = config.cache.samples or max(1, spec.max_share // 4)
         cache = on_all(world, lambda: PlannedCache(

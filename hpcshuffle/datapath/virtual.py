@@ -26,6 +26,9 @@ def virtual_workers(config: RunConfig, world: World) -> int:
 
 
 class VirtualPath(DataPath):
+    """One process trains the M virtual workers' batches as one global batch (M·b per step), read
+    from shared storage; an epoch's sent/received counts are what the M workers would move."""
+
     def __init__(self, run: RunContext) -> None:
         super().__init__(run)
         self.make_loader(run.spec.num_ranks * run.spec.batch_size)  # a step is the global batch
