@@ -54,6 +54,7 @@ def checksum_of(chunks: Iterable[bytes]) -> tuple[str, int]:
 
 
 def fsync_dir(path: str | os.PathLike) -> None:
+    """Make the entries of directory `path` (files created, renamed or unlinked in it) durable."""
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)

@@ -66,6 +66,12 @@ def prepare_dataset(world: World, config: RunConfig) -> tuple[Catalog, Catalog]:
 
 
 def ensure_synthetic(format_name: str, root: Path, spec: dict, seed: int, progress: bool) -> None:
+    """Synthesize the `format_name` dataset `spec` describes at `root`, unless it is there already.
+
+    Concurrent runs take a lock beside `root`: one writes, the others wait and reuse it. A marker
+    file records what was made; DatasetError if `root` holds another synthetic dataset, or data
+    that is not one.
+    """
     root.parent.mkdir(parents=True, exist_ok=True)
     with open(root.parent / f".{root.name}.lock", "w") as lock:
         # the runs of a sweep may start at once: one writes the dataset, the others wait and reuse it

@@ -48,15 +48,19 @@ class StageWork:
 
     @property
     def copy_bytes(self) -> int:
+        """Bytes of the samples to copy, by their source files' sizes."""
         return sum(self.sources[i].nbytes for i in self.to_copy)
 
     @property
     def target_bytes(self) -> int:
+        """Bytes of the whole target, by its source files' sizes."""
         return sum(source.nbytes for source in self.sources.values())
 
 
 @dataclass(frozen=True)
 class StageReport:
+    """What staging did to one store (`copied` and `copied_bytes` from shared storage)."""
+
     copied: int  # from shared storage
     copied_bytes: int
     removed: int
@@ -285,6 +289,7 @@ def whole_shards(catalog: Catalog, sample_ids: list[int]) -> list[int]:
 
 
 def byte_progress(total_bytes: int, enabled: bool, desc: str = "stage") -> tqdm:
+    """A progress bar in bytes; disabled when `enabled` is false or there is nothing to copy."""
     return tqdm(total=total_bytes, desc=desc, unit="B", unit_scale=True, unit_divisor=1024,
                 disable=not enabled or total_bytes == 0)
 
@@ -353,6 +358,8 @@ def stage_stores(
 
 
 def summary(reports: list[StageReport], changed_examples: list[str], local_dir: Path) -> str:
+    """Rank 0's report of staging every rank: what was copied (the slowest rank's seconds and rate),
+    removed, re-adopted and taken from peers, and the sources that changed or copies that were corrupt."""
     copied = sum(r.copied for r in reports)
     copied_bytes = sum(r.copied_bytes for r in reports)
     seconds = max(r.seconds for r in reports)

@@ -89,6 +89,7 @@ class Future:
 
     @classmethod
     def of(cls, trace: np.ndarray) -> Future:
+        """The future of `trace`, int64 (n,) sample ids in read order (ValueError for another shape or dtype)."""
         trace = as_trace(trace)
         ids, first_use, dense, count = np.unique(trace, return_index=True, return_inverse=True, return_counts=True)
         dense = dense.reshape(-1).astype(np.int64)
@@ -194,6 +195,8 @@ class _ValuePolicy(CachePolicy):
 
     @staticmethod
     def values(future: Future) -> np.ndarray:
+        """int64 (n,): the worth, at each position, of the sample read there after that read; the
+        cache keeps the highest."""
         raise NotImplementedError
 
     def _push(self, sample: int, value: int) -> None:
@@ -257,6 +260,7 @@ POLICIES: dict[str, type[CachePolicy]] = {
 
 
 def get_policy(name: str) -> type[CachePolicy]:
+    """The policy class named `name` (lru, nopfs, reuse_count, reuse_distance); ValueError otherwise."""
     try:
         return POLICIES[name]
     except KeyError:

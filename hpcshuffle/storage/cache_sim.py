@@ -66,18 +66,22 @@ class CacheResult:
 
     @property
     def hits(self) -> int:
+        """Reads the cache served, over all epochs."""
         return int(self.epoch_hits.sum())
 
     @property
     def accesses(self) -> int:
+        """Reads, over all epochs."""
         return int(self.epoch_accesses.sum())
 
     @property
     def misses(self) -> int:
+        """Reads that went to shared storage, over all epochs."""
         return self.accesses - self.hits
 
     @property
     def hit_ratio(self) -> float:
+        """hits / accesses over all epochs; 0 without reads."""
         return self.hits / self.accesses if self.accesses else 0.0
 
     @property

@@ -46,4 +46,5 @@ def check_capacity(local_dir: Path, demands: list[NodeDemand], headroom: float, 
 
 
 def gib(nbytes: float) -> str:
+    """`nbytes` for a message: "1.50 GiB", or "12.0 MiB" below one GiB."""
     return f"{nbytes / 2**30:.2f} GiB" if nbytes >= 2**30 else f"{nbytes / 2**20:.1f} MiB"

@@ -80,6 +80,7 @@ class SampleKey(NamedTuple):
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
+    """The seed of a sample's augmentation in an epoch: the same whichever rank, worker or run reads it."""
     return int(np.random.SeedSequence([seed, epoch, sample_id]).generate_state(1)[0])
 
 
@@ -131,6 +132,8 @@ class Samples(Dataset):
         return shared or not self.store_roots
 
     def where(self, sample_id: int, shared: bool = False, home: int = -1, location: Location | None = None) -> Path:
+        """The file holding a sample: the catalog's on shared storage, its pack, or its file in the
+        store at `store_roots[home]` (by default `sample_id % len(store_roots)`)."""
         if self.from_shared(shared):
             return self.catalog.path(sample_id)
         if location is not None:
@@ -139,6 +142,8 @@ class Samples(Dataset):
         return sample_path(root, sample_id, self.catalog.relpaths[sample_id])
 
     def read(self, sample_id: int, shared: bool = False, home: int = -1, location: Location | None = None) -> bytes:
+        """A sample's bytes from `where` (for a packed one, just its range of the pack); ValueError if
+        its pack ends short of it."""
         if self.from_shared(shared):
             return self.catalog.read_bytes(sample_id)
         if location is None:
@@ -321,6 +326,9 @@ def ignore_stop_signals(worker_id: int) -> None:
 
 
 def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin_memory: bool) -> DataLoader:
+    """A DataLoader of `dataset` in `sampler`'s order: batches of `batch_size` (the last may be
+    short) without the skipped samples (`collate_skipping`), from `workers` processes kept across
+    epochs that leave stop signals to their rank (0: the calling process loads)."""
     return DataLoader(
         dataset,
         batch_size=batch_size,

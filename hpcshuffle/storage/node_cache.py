@@ -103,6 +103,7 @@ class PlannedCache:
             cache_file(self.root, sample_id, copy).unlink(missing_ok=True)
 
     def close(self) -> None:
+        """Delete the cache's directory and every copy in it."""
         shutil.rmtree(self.root, ignore_errors=True)
 
 

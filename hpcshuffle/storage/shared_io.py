@@ -178,6 +178,7 @@ def estimated_bytes(catalog: Catalog, probes: int = 64) -> int:
 
 
 def node_memory_bytes(meminfo: str = "/proc/meminfo") -> int:
+    """This node's memory in bytes (MemTotal of /proc/meminfo); OSError if it has none."""
     with open(meminfo) as info:
         for line in info:
             if line.startswith("MemTotal:"):

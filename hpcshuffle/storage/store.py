@@ -59,6 +59,7 @@ class StoreDiff:
 
     @property
     def clean(self) -> bool:
+        """True when the store holds exactly what the plan says."""
         return not self.missing and not self.extra
 
 
@@ -98,6 +99,7 @@ class Store:
     # -- reading -------------------------------------------------------------------------
 
     def ids(self) -> set[int]:
+        """The ids of the samples the store holds."""
         return set(self._meta)
 
     def __len__(self) -> int:
@@ -107,6 +109,7 @@ class Store:
         return sample_id in self._meta
 
     def meta(self, sample_id: int) -> SampleMeta:
+        """A held sample's meta (KeyError if not held)."""
         return self._meta[sample_id]
 
     def location(self, sample_id: int) -> Location | None:
@@ -128,9 +131,11 @@ class Store:
         return sample_file(self._samples, sample_id, self._meta[sample_id].relpath)
 
     def path(self, sample_id: int) -> Path:
+        """`file` as a Path."""
         return Path(self.file(sample_id))
 
     def read_bytes(self, sample_id: int) -> bytes:
+        """A held sample's bytes (`read_into` a new buffer); StoreError if its file was changed outside hpcshuffle."""
         buffer = bytearray(self._meta[sample_id].nbytes)
         self.read_into(sample_id, buffer)
         return bytes(buffer)
@@ -201,6 +206,7 @@ class Store:
             return False
 
     def remove(self, sample_id: int) -> None:
+        """Delete a sample from the store and free its bytes (its file, or its range of a pack) at once."""
         release(self.detach(sample_id))
 
     def detach(self, sample_id: int) -> str | tuple[str, int, int]:
@@ -279,6 +285,7 @@ class Store:
         write_manifest(self.root, epoch, plan_key, self._meta, self._where)
 
     def close(self) -> None:
+        """Release the store's lock so another process may open it; safe to call twice."""
         if not self._lock.closed:
             fcntl.flock(self._lock, fcntl.LOCK_UN)
             self._lock.close()
