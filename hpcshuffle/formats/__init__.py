@@ -29,6 +29,7 @@ FORMATS: dict[str, DatasetFormat] = {
 
 
 def get_format(name: str) -> DatasetFormat:
+    """The format named `name` in `FORMATS`; ValueError naming the known ones otherwise."""
     try:
         return FORMATS[name]
     except KeyError:

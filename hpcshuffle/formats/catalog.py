@@ -39,6 +39,7 @@ class SampleMeta:
     source_mtime_ns: int = 0
 
     def row(self) -> list:
+        """The fields after `sample_id`, in the order a manifest or pack trailer records them."""
         return [self.relpath, self.label, self.nbytes, self.checksum, self.source_mtime_ns]
 
 
@@ -93,6 +94,7 @@ class Catalog:
         return len(self.relpaths)
 
     def meta(self, sample_id: int) -> SampleMeta:
+        """A sample's meta as listed: relpath and label, no size or checksum yet."""
         return SampleMeta(sample_id, self.relpaths[sample_id], self.labels[sample_id])
 
     def path(self, sample_id: int) -> Path:
@@ -109,6 +111,7 @@ class Catalog:
         return read_chunks(self.path(sample_id), uncached=self.uncached)
 
     def read_bytes(self, sample_id: int) -> bytes:
+        """The sample's bytes, `read_chunks` joined."""
         return b"".join(self.read_chunks(sample_id))
 
     def fingerprint(self) -> str:

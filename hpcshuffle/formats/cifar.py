@@ -64,6 +64,7 @@ os.register_at_fork(after_in_child=_reset_lock_after_fork)
 
 
 def container_name(layout: str, split: str) -> str:
+    """A split's container file name in `layout`: ``train`` (python) or ``train.bin`` (binary)."""
     return split if layout == "python" else f"{split}.bin"
 
 
@@ -88,6 +89,7 @@ def _unpickle(path: Path) -> dict[str, object]:
 
 
 def read_class_names(directory: Path, layout: str) -> tuple[str, ...]:
+    """The fine label names of the dataset in `directory`; DatasetError if unreadable or empty."""
     path = directory / CLASS_NAMES[layout]
     try:
         if layout == "binary":
@@ -231,6 +233,8 @@ class CifarCodec:
         self.eval_transform = v2.Compose([*resize, *to_input])
 
     def decode(self, data: bytes, label: int, train: bool) -> tuple[torch.Tensor, int]:
+        """(input (3, S, S) float32, S = 32 or dataset.image_size, label); SampleError unless `data`
+        is one record whose fine label is `label`."""
         import torch
 
         if len(data) != RECORD_BYTES:
@@ -244,6 +248,7 @@ class CifarCodec:
 
 
 def make_codec(root: Path, train_catalog: Catalog, options: DatasetOptions) -> CifarCodec:
+    """The codec for the training split's classes (`DatasetFormat.codec`)."""
     return CifarCodec(len(train_catalog.classes), options)
 
 
@@ -263,6 +268,7 @@ def synth_records(num_records: int, num_classes: int, rng: np.random.Generator, 
 
 
 def write_container(path: Path, layout: str, split: str, records: np.ndarray) -> None:
+    """Write `records` (N, 3074) uint8 as a split's container in `layout`, as the distributed files are."""
     if layout == "binary":
         path.write_bytes(records.tobytes())
         return
@@ -278,6 +284,7 @@ def write_container(path: Path, layout: str, split: str, records: np.ndarray) ->
 
 
 def write_class_names(directory: Path, layout: str, num_classes: int) -> None:
+    """Write `num_classes` fine and their coarse label names in `layout`'s file(s) in `directory`."""
     fine = [f"class_{label:03d}" for label in range(num_classes)]
     coarse = [f"superclass_{group:02d}" for group in range(-(-num_classes // FINE_PER_COARSE))]
     if layout == "binary":

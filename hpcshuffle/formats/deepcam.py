@@ -114,6 +114,8 @@ class DeepCamCodec:
         self.flip = options.augment == "flip"
 
     def decode(self, data: bytes, label: int, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+        """(fields (16, H, W) float32 scaled to [0, 1] by the dataset's min and max, labels (H, W)
+        int64); training with `augment=flip` flips both east-west half the time. `label` is unused."""
         import torch
 
         fields, labels = read_sample(data)
@@ -127,6 +129,7 @@ class DeepCamCodec:
 
 
 def make_codec(root: Path, train_catalog: Catalog, options: DatasetOptions) -> DeepCamCodec:
+    """The codec with the per-channel min and max of `root/stats.h5` (DatasetError if unreadable)."""
     return DeepCamCodec(*read_stats(root), options)
 
 
@@ -205,6 +208,7 @@ def sample_name(index: int) -> str:
 
 
 def write_hdf5(path: Path | io.BytesIO, arrays: dict[str, np.ndarray]) -> None:
+    """Write `arrays` as datasets of an HDF5 file (or in-memory buffer), keyed by their path names."""
     with h5py.File(path, "w") as out:
         for name, array in arrays.items():
             out[name] = array

@@ -104,6 +104,8 @@ class ImageFolderCodec:
         self.eval_transform = v2.Compose([*evaluate, *to_input])
 
     def decode(self, data: bytes, label: int, train: bool) -> tuple[torch.Tensor, int]:
+        """(input (3, H, W) float32 normalised with ImageNet's mean and std, label); SampleError for bytes
+        that are not a readable JPEG/PNG."""
         try:
             with Image.open(io.BytesIO(data)) as image:
                 image = image.convert("RGB")  # decodes the whole image: truncation shows here
@@ -113,6 +115,7 @@ class ImageFolderCodec:
 
 
 def make_codec(root: Path, train_catalog: Catalog, options: DatasetOptions) -> ImageFolderCodec:
+    """The codec for the training split's classes (`DatasetFormat.codec`)."""
     return ImageFolderCodec(len(train_catalog.classes), options)
 
 

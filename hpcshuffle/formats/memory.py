@@ -35,6 +35,7 @@ class MemoryCatalog(Catalog):
 
 
 def read_spec(root: Path) -> dict:
+    """The dataset's `memory.json`; DatasetError if it is missing or not JSON."""
     try:
         return json.loads((Path(root) / SPEC).read_text())
     except (OSError, ValueError) as err:
@@ -43,6 +44,7 @@ def read_spec(root: Path) -> dict:
 
 
 def scan(root: str | Path, split: str) -> MemoryCatalog:
+    """List a split of zero-byte samples, labels cycling through the classes."""
     spec = read_spec(Path(root))
     count = spec["samples"] if split == "train" else spec["val_samples"]
     classes = tuple(f"class_{label:04d}" for label in range(spec["classes"]))
@@ -52,6 +54,8 @@ def scan(root: str | Path, split: str) -> MemoryCatalog:
 
 
 class MemoryCodec:
+    """Decodes every sample to one random (3, size, size) image drawn from the spec's seed, and its label."""
+
     task = "classify"
     in_channels = 3
 
@@ -64,11 +68,14 @@ class MemoryCodec:
         self.image = torch.randn(3, spec["size"], spec["size"], generator=generator)
 
     def decode(self, data: bytes, label: int, train: bool) -> tuple[torch.Tensor, int]:
+        """(the one image, label), whatever `data` holds."""
         return self.image, label
 
 
 def synthesize(out: str | Path, *, seed: int, progress: bool, samples: int, classes: int = 1000,
                size: int = 224, val_samples: int | None = None) -> Path:
+    """Write the spec (`memory.json`) of an in-memory dataset into `out`; returns `out`. ValueError
+    for samples or classes < 1 or size < 8."""
     if samples < 1 or classes < 1 or size < 8:
         raise ValueError(f"samples and classes must be >= 1 and size >= 8, got {samples}, {classes}, {size}")
     out = Path(out)

@@ -33,6 +33,7 @@ def class_image(label: int, num_classes: int, size: int, rng: np.random.Generato
 
 
 def jpeg_bytes(pixels: np.ndarray, quality: int = 90) -> bytes:
+    """`pixels`, (H, W, 3) uint8, encoded as a JPEG of `quality`."""
     buffer = io.BytesIO()
     Image.fromarray(pixels).save(buffer, format="JPEG", quality=quality)
     return buffer.getvalue()

@@ -163,6 +163,7 @@ def scan_shard(path: Path) -> list[ShardSample]:
 
 
 def read_label(path: Path, tar: tarfile.TarFile, member: tarfile.TarInfo, key: str) -> int:
+    """The class index in label member `member` of a shard; DatasetError unless it is ASCII decimal."""
     text = tar.extractfile(member).read().decode(errors="replace").strip()
     if not text.isascii() or not text.isdecimal():
         raise DatasetError(
@@ -202,6 +203,8 @@ def shard_paths(root: Path, split: str) -> list[Path]:
 
 
 def read_class_names(root: Path, labels: list[int]) -> tuple[str, ...]:
+    """The names in `root/classes.txt`, or ``class_<n>`` for each label when there is none;
+    DatasetError if the file names fewer classes than the labels need."""
     path = root / CLASSES
     if not path.is_file():
         return tuple(f"class_{label}" for label in range(max(labels) + 1))
@@ -243,6 +246,7 @@ def scan(root: str | Path, split: str) -> WebDatasetCatalog:
 
 
 def add_member(tar: tarfile.TarFile, name: str, data: bytes) -> None:
+    """Append a file `name` holding `data` to `tar` (mode 644, mtime 0, so equal samples make equal shards)."""
     info = tarfile.TarInfo(name)
     info.size, info.mode = len(data), 0o644  # mtime 0: the same samples make the same shard, byte for byte
     tar.addfile(info, io.BytesIO(data))
@@ -310,6 +314,7 @@ def check_no_shards(out: Path) -> None:
 
 
 def write_class_names(root: Path, classes: Iterable[str]) -> None:
+    """Write `classes` one per line to `root/classes.txt`."""
     (root / CLASSES).write_text("".join(f"{name}\n" for name in classes))
 
 
