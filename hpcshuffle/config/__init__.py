@@ -47,6 +47,22 @@ for _group in SCHEMA_GROUPS:
 
 @dataclass(frozen=True)
 class RunConfig:
+    """A whole run's settings: one config per group, and the run's own top-level keys (conf/config.yaml).
+
+    Built once at the entry point (`from_hydra`); every check, including those spanning groups,
+    raises ConfigError when it is built.
+
+    Attributes:
+        batch_size: b, samples per rank per step.
+        seed: the shared seed of partitions, exchanges, orders and model initialisation.
+        device: "cpu" (gloo) or "cuda" (NCCL).
+        precision: "fp32", or "bf16" (autocast for forward and backward; weights stay fp32).
+        channels_last: NHWC memory format for the model and its inputs.
+        threads: torch threads per rank.
+        audit: write audit.jsonl: per epoch and rank, the ids held and trained on.
+        progress: progress bars on rank 0 (only when stderr is a terminal).
+    """
+
     shuffle: ShuffleConfig
     dataset: DatasetConfig
     model: ModelConfig
@@ -80,6 +96,7 @@ class RunConfig:
 
     @property
     def strategy(self) -> Strategy:
+        """The strategy record of `shuffle.name` (plan/strategies.py)."""
         return self.shuffle.strategy
 
     def ranks_per_node(self, node_size: int, layout: str, workers: int) -> int:
@@ -166,6 +183,8 @@ class RunConfig:
 
     @classmethod
     def from_hydra(cls, cfg: DictConfig) -> RunConfig:
+        """The typed config of Hydra's composed `cfg`, interpolations resolved; ConfigError for an
+        unknown key (a typo) or a value a group's check refuses."""
         settings = OmegaConf.to_container(cfg, resolve=True)
         try:
             groups = {group: build(typed_class, settings.pop(group, {}), group) for group, typed_class in GROUPS.items()}

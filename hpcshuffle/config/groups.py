@@ -84,6 +84,7 @@ class ShuffleConfig:
 
     @property
     def strategy(self) -> Strategy:
+        """The strategy record of `name` (plan/strategies.py)."""
         return get_strategy(self.name)
 
 
@@ -167,6 +168,7 @@ class StorageConfig:
 
     @property
     def max_bytes(self) -> int | None:
+        """`max_gib` in bytes; None: no limit."""
         return None if self.max_gib is None else int(self.max_gib * 2**30)
 
 
@@ -210,6 +212,7 @@ class CacheConfig:
 
     @property
     def enabled(self) -> bool:
+        """Whether a planned cache is on (a policy other than "none")."""
         return self.policy != "none"
 
 
@@ -263,6 +266,8 @@ class WorldConfig:
 
 @dataclass
 class LossConfig:
+    """The training loss's options (`label_smoothing`: classification only, in [0, 1))."""
+
     label_smoothing: float = 0.0  # classification only
 
     def __post_init__(self) -> None:

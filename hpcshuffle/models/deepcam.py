@@ -89,6 +89,7 @@ class XceptionBlock(nn.Module):
         self.end_with_relu = end_with_relu
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The residual path plus the skip path (a strided 1×1 conv where the shape changes), then ReLU if asked."""
         out = self.residual(x) + (x if self.skip is None else self.skip(x))
         return F.relu(out, inplace=True) if self.end_with_relu else out
 
@@ -120,6 +121,7 @@ class Xception(nn.Module):
                 nn.init.kaiming_normal_(module.weight)
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(features at output stride 16, low-level features at stride 4) of `x` (N, C, H, W)."""
         low_level = self.block1(self.stem(x))
         return self.exit(self.middle(self.entry(low_level))), low_level
 
@@ -137,6 +139,7 @@ class ImagePooling(nn.Module):
         self.shift = nn.Parameter(torch.zeros(out_channels, 1, 1))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The pooled branch, broadcast back to `x`'s height and width (N, out_channels, H, W)."""
         pooled = F.relu(self.scale * self.conv(F.adaptive_avg_pool2d(x, 1)) + self.shift)
         # bilinear upsampling of a 1×1 map is a broadcast: expand costs no copy until the concat
         return pooled.expand(-1, -1, *x.shape[-2:])
@@ -156,6 +159,7 @@ class ASPP(nn.Module):
         self.project = conv_bn_relu((len(ASPP_RATES) + 1) * out_channels, out_channels, 1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The five branches of `x`, concatenated and fused to (N, out_channels, H, W)."""
         return self.project(torch.cat([branch(x) for branch in self.branches] + [self.pooling(x)], dim=1))
 
 
@@ -180,6 +184,7 @@ class Decoder(nn.Module):
         )
 
     def forward(self, x: torch.Tensor, low_level: torch.Tensor) -> torch.Tensor:
+        """Logits (N, num_classes, 16h, 16w) from ASPP's output `x` (N, C, h, w) and `low_level` at 4h × 4w."""
         x = torch.cat([self.up_to_quarter(x), self.reduce_low_level(low_level)], dim=1)
         return self.up_to_input(self.fuse(x))
 
@@ -207,6 +212,7 @@ class DeepLabV3Plus(nn.Module):
         self.decoder = Decoder(ch(256), self.backbone.low_level_channels, ch, num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Per-pixel logits of `images`; ValueError unless H and W are multiples of 16 (`check_size`)."""
         check_size(*images.shape[-2:])
         features, low_level = self.backbone(images)
         return self.decoder(self.aspp(features), low_level)

@@ -52,6 +52,7 @@ class Branches(nn.Module):
         self.out_channels = out_channels
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The branches' outputs of `x`, concatenated along channels."""
         return torch.cat([branch(x) for branch in self.branches], dim=1)
 
 
@@ -64,6 +65,7 @@ class SplitTail(nn.Module):
         self.tall = conv_bn(in_channels, out_channels, (3, 1), padding=(1, 0))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The 1×3 and 3×1 convs of `x`, concatenated along channels."""
         return torch.cat([self.wide(x), self.tall(x)], dim=1)
 
 
@@ -167,6 +169,8 @@ class InceptionV4(nn.Module):
                                   nn.Linear(channels, num_classes))
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """Logits (N, num_classes) of `images` (N, C, H, W); ValueError for images smaller than the stem
+        takes (MIN_INPUT_SIZE)."""
         min_size = MIN_INPUT_SIZE[self.small_input]
         if min(images.shape[-2:]) < min_size:
             fix = "" if self.small_input else "; build with small_input=true for CIFAR-sized images"

@@ -33,6 +33,8 @@ class PreActBlock(nn.Module):
             self.shortcut = nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """The block's output: the two pre-activated convs plus the shortcut (the projection of the
+        pre-activated input where the shape changes, else `x`)."""
         activated = F.relu(self.bn1(x))
         # the projection reads the pre-activated input, as in the authors' code; identity reads x
         shortcut = x if self.shortcut is None else self.shortcut(activated)

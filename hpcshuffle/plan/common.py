@@ -115,6 +115,7 @@ class PlanSpec:
         return self.num_samples // self.nodes
 
     def node_of(self, rank: int) -> int:
+        """The node whose store `rank` shares (`rank // ranks_per_node`; the rank itself in rank scope)."""
         return rank // self.ranks_per_node
 
     def node_ranks(self, node: int) -> range:

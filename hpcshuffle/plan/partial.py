@@ -69,6 +69,13 @@ def exchange_units(spec: PlanSpec, held: list[np.ndarray]) -> tuple[list[np.ndar
 
 
 def plan_exchange(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> Exchange:
+    """Algorithm 1 for `epoch`: the moves of `exchange_units`' slots, spread evenly over the I iterations.
+
+    In each slot every node sends one unit (a sample, or a whole shard) of its local rank i mod R,
+    picked at random from what that rank holds, to the same local rank of a node drawn by one
+    random permutation of the nodes per slot; a node drawn as its own destination keeps the unit.
+    Raises ValueError when whole shards cannot move (`exchange_units`).
+    """
     units, slots = exchange_units(spec, held)
     nodes, per_node, size = spec.nodes, spec.ranks_per_node, spec.shard_samples
     pick_rng = epoch_rng(spec.seed, epoch, STREAM_PICK)

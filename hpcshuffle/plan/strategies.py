@@ -109,6 +109,7 @@ STRATEGIES: dict[str, Strategy] = {
 
 
 def get_strategy(name: str) -> Strategy:
+    """The strategy record named `name`; ValueError naming the known ones otherwise."""
     try:
         return STRATEGIES[name]
     except KeyError:
