@@ -66,6 +66,7 @@ CONFIG_DIR = str(Path(__file__).resolve().parents[1] / "conf")
 
 
 def say(world: World, message: str) -> None:
+    """Print `message` on rank 0."""
     if world.is_root:
         print(message, flush=True)
 
@@ -114,6 +115,9 @@ class Trainer:
                                             config.loader, pin_memory=device.type == "cuda")
 
     def run(self) -> None:
+        """Train from the start (or resumed) epoch to `epochs`: each epoch trained, validated, recorded
+        and checkpointed as checkpoint.every_epochs says. A preemption checkpoints where every rank
+        stopped and raises Preempted."""
         config, world = self.config, self.world
         workers = f"{self.workers} virtual workers in one process" if world.size < self.workers else f"{world.size} ranks"
         nodes = f"{self.spec.nodes} nodes × {self.spec.ranks_per_node} ranks" if self.scope == "node" else "one per rank"
@@ -180,6 +184,8 @@ class Trainer:
         return row, trained, stopped
 
     def save_checkpoint(self, epoch: int, step: int, row: RankEpoch | None = None, trained=()) -> Path:
+        """Collective: write the checkpoint of training continuing at (`epoch`, `step`); inside an epoch
+        with its counters, the ids trained so far and each rank's BatchNorm statistics."""
         learner = self.learner
         buffers = learner.rank_buffers() if step else None
         return self.checkpointer.save(epoch, step, learner.model, learner.optimizer, row, trained, buffers)
@@ -208,6 +214,7 @@ class Trainer:
         write_epoch(self.run_dir, record, audits, self.sink)
 
     def close(self) -> None:
+        """Finish the wandb run, close the data path and the peers' roll-call directory, and end torch.distributed."""
         if self.sink:
             self.sink.close()
         self.data.close()
@@ -217,6 +224,12 @@ class Trainer:
 
 
 def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
+    """Collective: one training run of `cfg` into `run_dir`, from config checks to the last epoch.
+
+    Ranks first agree on the resolved config (storage.local_dir may differ); rank 0 writes it to
+    `run_dir/config.yaml`. A collective error closes the run on every rank before it is raised; a
+    rank failing alone raises at once, for `fail` to abort the job.
+    """
     # compare configs first: every later check then fails on all ranks alike or on none
     yaml_text = resolved_yaml(cfg)
     # node-local paths may differ between nodes (a per-node $TMPDIR); ranks that must share one say so
@@ -246,6 +259,8 @@ def run(cfg: DictConfig, world: World, run_dir: Path) -> None:
 
 @hydra.main(version_base="1.3", config_path=CONFIG_DIR, config_name="config")
 def hydra_main(cfg: DictConfig) -> None:
+    """Hydra's entry point: run the composed config in Hydra's output directory; any failure ends
+    every rank through `fail` (exit codes in training/failure.py)."""
     world = discover()
     run_dir = Path(HydraConfig.get().runtime.output_dir)
     try:
@@ -255,6 +270,8 @@ def hydra_main(cfg: DictConfig) -> None:
 
 
 def main() -> None:
+    """`hpcshuffle train` / `python -m hpcshuffle.train`: find this rank's place in the job (exit 2 on a
+    launch that cannot work), agree on rank 0's run id for the run directory, and start Hydra."""
     try:
         world = discover()
     except ConfigError as err:

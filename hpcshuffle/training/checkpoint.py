@@ -57,6 +57,7 @@ class RankState:
 
 
 def rng_state() -> dict:
+    """The torch, numpy, python (and CUDA, once initialised) RNG states of this process."""
     state = {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         state["cuda"] = torch.cuda.get_rng_state_all()
@@ -64,6 +65,7 @@ def rng_state() -> dict:
 
 
 def restore_rng(state: dict) -> None:
+    """Set this process's RNGs to `state` (`rng_state`)."""
     torch.set_rng_state(state["torch"])
     np.random.set_state(state["numpy"])
     random.setstate(state["python"])
@@ -72,6 +74,7 @@ def restore_rng(state: dict) -> None:
 
 
 def save(run_dir: Path, payload: dict) -> Path:
+    """Write `payload` atomically as the run directory's checkpoint; returns its path."""
     path = run_dir / FILE
     buffer = io.BytesIO()
     torch.save({"format": FORMAT, **payload}, buffer)
@@ -112,6 +115,7 @@ def check_resumable(checkpoint: dict, plan: dict, epochs: int, where: Path) -> N
 
 
 def layout(workers: int, processes: int, ranks_per_node: int = 1) -> str:
+    """How messages name the run's workers: "M virtual workers", or "M ranks" (and how they share node stores)."""
     if processes < workers:
         return f"{workers} virtual workers"
     sharing = f" sharing node stores {ranks_per_node} by {ranks_per_node}" if ranks_per_node > 1 else ""
@@ -133,6 +137,7 @@ class Checkpointer:
         self.resume, self.epochs = resume, epochs
 
     def say(self, message: str) -> None:
+        """Print `message` on rank 0."""
         if self.world.is_root:
             print(message, flush=True)
 
@@ -254,6 +259,8 @@ class Preemption:
         )
 
     def close(self) -> None:
+        """Collective: wait for the last posted flag allreduce, free the duplicate communicator and put
+        back the signal handlers there were before."""
         if self._request is not None:
             self._request.Wait()
         self.comm.Free()

@@ -33,6 +33,8 @@ class Scores:
         self.counts += torch.bincount(pairs, minlength=self.num_classes**2).to(self.counts.dtype)
 
     def summary(self) -> dict[str, float]:
+        """classify: {"val_top1", "val_top5"} in %; segment: {"val_iou" (mean over the classes present),
+        "val_pixel_accuracy" in %}."""
         counts = self.counts.cpu()
         if self.task == "classify":
             seen = max(counts[2].item(), 1.0)

@@ -34,6 +34,8 @@ from hpcshuffle.training.simulate import (
 
 
 def pick_device(config: RunConfig, world: World) -> torch.device:
+    """The rank's device: the CPU, or with device=cuda GPU local_rank mod the node's GPUs, made
+    current; ConfigError (collective) when no GPU is visible."""
     if config.device != "cuda":
         return torch.device("cpu")
     if not torch.cuda.is_available():
@@ -62,6 +64,8 @@ def load_weights(model: nn.Module, path: Path) -> None:
 
 
 def average_gradients(model: nn.Module, world_size: int) -> None:
+    """Collective: replace every gradient by its mean over the `world_size` ranks (one allreduce of
+    all gradients flattened together)."""
     if world_size == 1:
         return  # nothing to average: spare the flatten/unflatten copies of every gradient
     grads = [p.grad for p in model.parameters() if p.grad is not None]
@@ -103,6 +107,9 @@ class Learner:
         self.loss_fn = self.build_loss()
 
     def build_model(self) -> nn.Module:
+        """Collective: the model of model.name for the codec's channels and classes, with model.weights
+        loaded on rank 0, its BatchNorm layers replaced for model.norm=global or virtual workers, on the
+        device, and every rank's tensors set to rank 0's. ConfigError (collective) for bad options."""
         options = dict(self.config.model.options)
         weights = options.pop("weights", None)  # a local state dict to start from (fine-tuning)
         try:
@@ -132,6 +139,8 @@ class Learner:
         return model
 
     def build_loss(self) -> nn.Module | WorkerMeanLoss:
+        """Cross-entropy with dataset.class_weights and, for classification, loss.label_smoothing; with
+        virtual workers the mean over workers of each worker's mean (`WorkerMeanLoss`)."""
         weights = self.config.dataset.class_weights
         if weights is not None and len(weights) != self.codec.num_classes:
             raise ConfigError(f"dataset.class_weights has {len(weights)} entries for {self.codec.num_classes} classes",
@@ -144,9 +153,11 @@ class Learner:
         return nn.CrossEntropyLoss(weight=weight, label_smoothing=smoothing)
 
     def set_learning_rate(self, lr: float) -> None:
+        """Set every parameter group's learning rate to `lr`."""
         set_learning_rate(self.optimizer, lr)
 
     def to_device(self, inputs: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A batch on the learner's device (inputs in its memory format), copied without blocking."""
         inputs = inputs.to(self.device, non_blocking=True, memory_format=self.memory_format)
         return inputs, targets.to(self.device, non_blocking=True)
 
@@ -177,12 +188,16 @@ class Learner:
         return total
 
     def allreduce_and_step(self) -> None:
+        """Collective: average the gradients over the ranks, then take the optimizer's step; PeerLost if
+        a peer does not answer within world.timeout_s."""
         with self.peers.waiting_in("the gradient allreduce"):
             average_gradients(self.model, self.world.size)
         self.optimizer.step()
 
     @torch.no_grad()
     def validate(self, loader) -> dict[str, float]:
+        """Collective: the validation scores of `loader` summed over every rank (`Scores.summary`), after
+        averaging the BatchNorm statistics over the ranks so every rank scores one model."""
         with self.peers.waiting_in("the allreduce of BatchNorm statistics before validation"):
             average_buffers(self.model, self.world.size)
         self.model.eval()

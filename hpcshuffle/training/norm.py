@@ -46,6 +46,8 @@ class GlobalBatchNorm(_BatchNorm):
             raise ValueError(f"GlobalBatchNorm expects (N, C, ...) input, got shape {tuple(x.shape)}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """In training, `x` (N, C, ...) normalised with the global batch's mean and variance: collective,
+        every rank's layer must run it in the same order. In evaluation, the running statistics."""
         if not self.training:
             return super().forward(x)
         dims = [0, *range(2, x.dim())]

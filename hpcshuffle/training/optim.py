@@ -41,6 +41,8 @@ def learning_rate(config: OptimConfig, global_batch: int, step: int, steps_per_e
 
 
 def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
+    """The optimizer's parameter groups: one with optim.weight_decay, or with `no_decay_1d` two,
+    where biases and normalisation weights (1-D) take no decay and no trust ratio (`skip_trust`)."""
     if not config.no_decay_1d:
         return [{"params": list(model.parameters()), "weight_decay": config.weight_decay}]
     decay = [p for p in model.parameters() if p.ndim > 1]
@@ -52,6 +54,7 @@ def parameter_groups(model: nn.Module, config: OptimConfig) -> list[dict]:
 
 
 def build_optimizer(model: nn.Module, config: OptimConfig) -> torch.optim.Optimizer:
+    """The optimizer optim.name names (sgd, lars or lamb) over `parameter_groups`."""
     groups = parameter_groups(model, config)
     if config.name == "sgd":
         for group in groups:
@@ -63,6 +66,7 @@ def build_optimizer(model: nn.Module, config: OptimConfig) -> torch.optim.Optimi
 
 
 def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
+    """Set every parameter group's learning rate to `lr`."""
     for group in optimizer.param_groups:
         group["lr"] = lr
 
@@ -87,6 +91,7 @@ class LARS(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One LARS update of every parameter that has a gradient; `closure` is ignored."""
         for group in self.param_groups:
             for param in group["params"]:
                 if param.grad is None:
@@ -113,6 +118,7 @@ class LAMB(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
+        """One LAMB update of every parameter that has a gradient; `closure` is ignored."""
         for group in self.param_groups:
             beta1, beta2 = group["betas"]
             for param in group["params"]:

@@ -73,6 +73,9 @@ class GhostBatchNorm(_BatchNorm):
             raise ValueError(f"GhostBatchNorm expects (N, C, ...) input, got shape {tuple(x.shape)}")
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """In training, `x` (G·b, C, ...) normalised per worker: each of the G local batches of b with
+        its own statistics, which `fold` later takes into the running ones. ValueError unless the batch
+        is whole local batches. In evaluation, the running statistics."""
         if not self.training:
             return super().forward(x)
         batch, channels = x.shape[0], x.shape[1]
@@ -124,6 +127,7 @@ def set_local_batch(model: nn.Module, loss: WorkerMeanLoss, size: int) -> None:
 
 
 def fold_running_stats(model: nn.Module) -> None:
+    """`fold` every GhostBatchNorm layer of `model`: once per step, as each real worker's BatchNorm does."""
     for module in model.modules():
         if isinstance(module, GhostBatchNorm):
             module.fold()

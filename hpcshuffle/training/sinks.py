@@ -43,11 +43,13 @@ class WandbSink:
             self.warn(err)
 
     def warn(self, err: BaseException) -> None:
+        """Report why wandb stops logging (metrics.jsonl keeps everything) and stop it."""
         print(f"hpcshuffle: wandb disabled ({type(err).__name__}: {err}); metrics.jsonl has everything",
               file=sys.stderr, flush=True)
         self.run = None
 
     def log(self, record: dict) -> None:
+        """Log an epoch's record, flattened, at step `epoch`; a failure turns wandb off, never the run."""
         if self.run is None:
             return
         try:
@@ -56,6 +58,7 @@ class WandbSink:
             self.warn(err)
 
     def close(self) -> None:
+        """Finish the wandb run; a failure is reported, not raised."""
         if self.run is not None:
             try:
                 self.run.finish()
