@@ -139,10 +139,12 @@ class ImbalanceResult:
 
     @property
     def median_pct(self) -> float:
+        """The median step's imbalance, % of the global batch."""
         return float(np.median(self.imbalance_pct))
 
     @property
     def quartiles_pct(self) -> tuple[float, float]:
+        """The first and third quartiles of the steps' imbalance, % of the global batch."""
         first, third = np.percentile(self.imbalance_pct, [25, 75])
         return float(first), float(third)
 
@@ -162,10 +164,12 @@ class ImbalanceResult:
 
     @property
     def median_transfers(self) -> float:
+        """The median step's transfer count."""
         return float(np.median(self.transfers))
 
     @property
     def max_transfers(self) -> int:
+        """The most transfers any step needs."""
         return int(self.transfers.max())
 
 

@@ -44,6 +44,7 @@ def reaches(ci95: tuple[float, float], reference: tuple[float, float]) -> bool:
 
 
 def pearson(xs: list[float], ys: list[float]) -> float:
+    """Pearson's correlation of paired runs' values; ValueError for fewer than 3 runs."""
     if len(xs) < 3:
         raise ValueError(f"a correlation needs at least 3 runs, got {len(xs)}")
     return statistics.correlation(xs, ys)

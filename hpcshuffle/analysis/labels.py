@@ -136,6 +136,8 @@ class EpochQuality:
         self.skew = skew
 
     def add_epoch(self, order: Sequence[np.ndarray]) -> dict:
+        """The epoch's `mixing` record: cumulative pair mixing after it, with its label skew under `labels`
+        where the dataset has class labels. `order[r]`: the ids rank r trains on this epoch."""
         record: dict = self.mixing.add_epoch(order)
         if self.skew is not None:
             record["labels"] = self.skew.epoch(order)

@@ -92,6 +92,7 @@ IMAGENET_PFS = ModelParams(
 
 
 def check_nodes(num_nodes: int) -> None:
+    """ValueError unless p, the number of nodes, is at least 1."""
     if num_nodes < 1:
         raise ValueError(f"number of nodes p must be >= 1, got {num_nodes}")
 

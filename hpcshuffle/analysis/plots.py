@@ -23,6 +23,7 @@ PHASE_LABELS = {"io": "I/O", "exchange": "exchange", "fwbw": "FW+BW", "allreduce
 
 
 def new_figure(width_in: float, height_in: float):
+    """A matplotlib Figure of `width_in` × `height_in` inches with its own Agg canvas (no pyplot state)."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -32,6 +33,7 @@ def new_figure(width_in: float, height_in: float):
 
 
 def save(figure, path: Path) -> None:
+    """Write `figure` to `path` at 120 dpi; ValueError naming the path when it cannot be written."""
     try:
         figure.savefig(path, dpi=120)
     except OSError as err:

@@ -59,6 +59,9 @@ def run_summary(run_dir: Path, skip_first: bool) -> dict:
 
 
 def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
+    """The per-phase breakdown of each run in `run_dirs`, one line per run: seconds per epoch, epoch
+    time relative to local shuffling's, samples sent and read from shared storage, the validation
+    score and utilisation. FileNotFoundError for a directory without metrics.jsonl."""
     for run_dir in run_dirs:
         if not (run_dir / "metrics.jsonl").exists():
             raise FileNotFoundError(f"{run_dir} has no metrics.jsonl; is it a run directory?")
@@ -127,10 +130,12 @@ def load_runs(run_dirs: list[Path]) -> dict[str, list[dict]]:
 
 
 def score_value(record: dict) -> float | None:
+    """The epoch's validation score in % (top-1, or mean IoU); None when it has none."""
     return _score(record)[1]
 
 
 def mixing_quality(record: dict) -> float | None:
+    """The epoch's cumulative pair-mixing quality, C / C_GS (analysis/quality.py); None when not recorded."""
     return (record.get("mixing") or {}).get("quality")
 
 

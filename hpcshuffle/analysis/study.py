@@ -33,6 +33,7 @@ class Point:
     ci95: tuple[float, float]
 
     def row(self) -> dict:
+        """The point as results/ records it: its cell, the mean and 95 % interval, per-seed scores (rounded)."""
         return {"partition": self.partition, "workers": self.workers, "strategy": self.strategy, "q": self.q,
                 "top1_mean": round(self.top1_mean, 3), "ci95": [round(v, 3) for v in self.ci95],
                 "seeds": self.seeds, "top1": [round(v, 3) for v in self.top1],
@@ -77,6 +78,7 @@ class Gap:
 
     @property
     def excludes_zero(self) -> bool:
+        """Whether the gap's 95 % interval lies wholly above or below 0."""
         return self.ci95[1] < 0 or self.ci95[0] > 0
 
 

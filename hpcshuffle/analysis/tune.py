@@ -64,6 +64,8 @@ class GroupResult:
 
 @dataclass
 class TuneResult:
+    """`tune-q`'s answer: one group per (model, dataset, partition, workers), and (run, why) of the runs left out."""
+
     tolerance: float
     groups: list[GroupResult]
     skipped: list[tuple[str, str]]  # (run, why it was left out)
@@ -77,6 +79,8 @@ class TuneResult:
 
 
 def skip_reason(row: dict, include_incomplete: bool) -> str | None:
+    """Why a run's summary row is left out of the tuning (no epochs, no final score, a strategy not
+    compared, or incomplete without `include_incomplete`); None when it is kept."""
     if row["epochs_done"] == 0:
         return "no epochs recorded yet"
     if row["final_score"] is None:
@@ -243,6 +247,8 @@ def _number(value: float | None, spec: str) -> str:
 
 
 def recommendation_line(group: GroupResult, tolerance: float) -> str:
+    """The tolerance rule's answer for one group: the smallest q within `tolerance` of the reference's
+    score, or why none qualifies."""
     if group.recommended_q is None:
         return f"workers {group.workers}: no recommendation: {group.reason}"
     chosen = next(row for row in group.rows if row.recommended)
