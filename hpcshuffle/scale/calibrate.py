@@ -63,10 +63,14 @@ class MeasuredRun:
 
     @property
     def samples_per_rank(self) -> float:
+        """N/M, the samples a rank trains on per epoch."""
         return self.samples / self.workers
 
 
 def read_run(run_dir: str | Path) -> MeasuredRun:
+    """The measured run in `run_dir`: its config.yaml and the steady-state means of its metrics.jsonl
+    (epochs after the first). PlatformError for a directory that is not a run, holds no epoch, or
+    ran in node scope."""
     path = Path(run_dir)
     config_path, metrics_path = path / "config.yaml", path / "metrics.jsonl"
     for needed in (config_path, metrics_path):

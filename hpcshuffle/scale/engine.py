@@ -196,6 +196,8 @@ class EpochSimulation:
         return star
 
     def run(self) -> dict[str, list[float]]:
+        """Simulate the epoch: per phase (and "epoch"), each rank's seconds. Re-raises an actor's error;
+        RuntimeError when some rank never finishes (a deadlock, e.g. a bandwidth or rate of 0)."""
         sg = self.sg
         self.failure: Exception | None = None
         self.finished = 0

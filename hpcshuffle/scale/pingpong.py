@@ -29,6 +29,8 @@ def round_trips(comm, buffer: np.ndarray, repeats: int) -> float:
 
 
 def main() -> None:
+    """Measure latency (half a 1-byte round trip) and bandwidth (SIZE_BYTES each way, default 1 MiB);
+    rank 0 prints them as JSON. Exits unless run on exactly 2 ranks."""
     comm = MPI.COMM_WORLD
     if comm.size != 2:
         raise SystemExit(f"run with exactly 2 ranks (mpiexec -n 2), got {comm.size}")

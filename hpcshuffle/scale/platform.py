@@ -142,6 +142,7 @@ class Allreduce:
     bucket_bytes: float = 2.5e7  # DDP's bucket_cap_mb default, 25 MB
 
     def seconds(self, ranks: int, gradient_bytes: float) -> float:
+        """The whole allreduce of `gradient_bytes` over `ranks` ranks, in seconds; 0 for one rank."""
         if ranks < 2:
             return 0.0
         return 2 * (ranks - 1) * self.alpha + 2 * (ranks - 1) / ranks * gradient_bytes / self.bandwidth
@@ -203,6 +204,8 @@ class Model:
 
 @dataclass(frozen=True)
 class Dataset:
+    """One dataset on this platform: N samples of `sample_bytes` bytes each (the mean)."""
+
     samples: int
     sample_bytes: float
 
@@ -237,6 +240,7 @@ class Platform:
         return -(-workers // self.ranks_per_node)
 
     def check_workers(self, workers: int) -> None:
+        """PlatformError unless `workers` ranks (at least 1) fit the platform's nodes and its network's leaves."""
         if workers < 1:
             raise PlatformError(f"workers must be >= 1, got {workers}")
         capacity = min(self.nodes, self.network.leaves()) * self.ranks_per_node
@@ -249,9 +253,11 @@ class Platform:
             )
 
     def model(self, name: str) -> Model:
+        """The model named `name`; PlatformError naming the platform's models otherwise."""
         return _pick(self.models, name, "model", self)
 
     def dataset(self, name: str) -> Dataset:
+        """The dataset named `name`; PlatformError naming the platform's datasets otherwise."""
         return _pick(self.datasets, name, "dataset", self)
 
 

@@ -70,6 +70,8 @@ def platform_path(name_or_path: str) -> Path:
 
 
 def load_platform(name_or_path: str) -> Platform:
+    """The platform in conf/platform/<name>.yaml, or in the yaml file at a path; PlatformError for an
+    unknown name or a file that is not a valid platform."""
     path = platform_path(name_or_path)
     raw = yaml.safe_load(path.read_text()) or {}
     if not isinstance(raw, dict):
@@ -78,6 +80,8 @@ def load_platform(name_or_path: str) -> Platform:
 
 
 def platform_from_dict(raw: dict[str, Any], source: str = "<dict>") -> Platform:
+    """The platform `raw` (a parsed yaml mapping) describes, every key checked; PlatformError naming
+    `source` and the key for an unknown, missing or invalid one."""
     allowed = set(SCALARS) | set(SECTIONS) | set(TABLES) | OPTIONAL
     _refuse_unknown(raw, allowed, source, "")
     missing = sorted((set(SCALARS) | set(SECTIONS) | set(TABLES)) - set(raw) - OPTIONAL)

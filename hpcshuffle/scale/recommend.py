@@ -55,6 +55,8 @@ def affordable_q(results: list[Result], tolerance: float) -> dict[tuple[int, str
 
 
 def recommendation_table(results: list[Result], tolerance: float) -> str:
+    """Per (workers, scope), the largest q whose simulated epoch is within `tolerance` of local
+    shuffling's, with every q's epoch / LS ratio. ValueError where a group has no local run."""
     answer = affordable_q(results, tolerance)
     lines = [f"largest q whose simulated epoch is within {tolerance:.0%} of local shuffling's",
              f"{'workers':>7} {'scope':>5} {'LS epoch s':>11} {'q':>6}   epoch / LS per q"]

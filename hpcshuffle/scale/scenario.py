@@ -36,6 +36,8 @@ class Scenario:
     scope: str = "rank"
 
     def spec(self, platform: Platform) -> PlanSpec:
+        """The plan's shape of this scenario on `platform` (N from the platform's dataset unless
+        `samples` is set); ValueError for a shape a plan refuses."""
         samples = platform.dataset(self.dataset).samples if self.samples is None else self.samples
         strategy = get_strategy(self.shuffle)
         return PlanSpec(samples, self.workers, self.batch_size, strategy.q_for(self.q), self.seed,
@@ -82,6 +84,7 @@ class Result:
         return run_label(self.shuffle, self.q, self.scope)
 
     def phases(self) -> dict[str, float]:
+        """Seconds per phase (io, exchange, fwbw, allreduce)."""
         return {phase: getattr(self, f"{phase}_s") for phase in PHASES}
 
 

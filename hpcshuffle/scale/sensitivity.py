@@ -52,6 +52,7 @@ class KnobRange:
     source: str
 
     def value(self, end: str) -> float:
+        """The knob's value at `end`, "low" or "high"."""
         return {"low": self.low, "high": self.high}[end]
 
 
@@ -63,15 +64,19 @@ class Outcome:
 
     @property
     def gs_ls(self) -> float:
+        """Global shuffling's epoch over local shuffling's."""
         return self.results["global"].epoch_s / self.results["local"].epoch_s
 
     @property
     def pls_ls(self) -> float:
+        """Partial local shuffling's epoch over local shuffling's."""
         return self.results["partial"].epoch_s / self.results["local"].epoch_s
 
 
 @dataclass(frozen=True)
 class KnobEffect:
+    """The outcomes with one knob at its low and at its high end, the others at the platform's values."""
+
     knob: KnobRange
     low: Outcome
     high: Outcome

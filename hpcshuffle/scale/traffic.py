@@ -38,6 +38,7 @@ class Transfers:
     @classmethod
     def coalesce(cls, owner: np.ndarray, iteration: np.ndarray, peer: np.ndarray, ranks: int,
                  iterations: int) -> Transfers:
+        """One row per distinct (owner, iteration, peer) of per-sample moves, `samples` counting each."""
         key = (owner * iterations + iteration) * ranks + peer
         unique, counts = np.unique(key, return_counts=True)
         return cls(owner=unique // (iterations * ranks), iteration=(unique // ranks) % iterations,
@@ -45,6 +46,7 @@ class Transfers:
 
     @classmethod
     def empty(cls) -> Transfers:
+        """No transfers."""
         nothing = np.empty(0, dtype=np.int64)
         return cls(nothing, nothing, nothing, nothing)
 
@@ -58,6 +60,7 @@ class Transfers:
         return rows
 
     def total(self) -> int:
+        """Samples moved, over all rows."""
         return int(self.samples.sum())
 
 
@@ -74,6 +77,7 @@ class EpochTraffic:
 
     @property
     def iterations(self) -> int:
+        """I, iterations per epoch."""
         return self.spec.iterations
 
 
@@ -85,6 +89,8 @@ def epoch_traffic(spec: PlanSpec, shuffle: str, epoch: int = 0) -> EpochTraffic:
 
 
 def traffic_of(plan: EpochPlan, shuffle: str) -> EpochTraffic:
+    """What `plan` moves and reads: per rank and iteration the samples read locally and from shared
+    storage, the exchange's sends and the loans, coalesced."""
     spec = plan.spec
     ranks, iterations = spec.num_ranks, spec.iterations
     step = spec.step_of(0)
