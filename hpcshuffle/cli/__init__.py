@@ -25,6 +25,7 @@ COMMANDS = (plan, synth, pack, stage, train, report, tune_q, imbalance, model, s
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The `hpcshuffle` parser with every command of COMMANDS, each setting `run` to its function."""
     parser = argparse.ArgumentParser(prog="hpcshuffle", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     for command in COMMANDS:
@@ -33,6 +34,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
+    """Run `hpcshuffle ARGV...`: train and simulate hand their arguments to Hydra; the other commands
+    exit with status 2 and the message on bad input (ValueError, FileNotFoundError, StoreError)."""
     argv = sys.argv[1:] if argv is None else argv
     # train and simulate hand their arguments to Hydra untouched
     if argv[:1] and argv[0] in train.PASS_THROUGH:

@@ -9,6 +9,7 @@ from hpcshuffle.analysis.imbalance import BATCHES_PER_EPOCH, DEFAULT_STEPS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle imbalance` to `commands`."""
     imbalance = commands.add_parser(
         "imbalance",
         help="simulate how unevenly global batches fall into node caches (Yang & Cong 2019, Fig. 6)",
@@ -31,6 +32,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_imbalance(args: argparse.Namespace) -> None:
+    """Simulate every (b, p) and print the table (or JSON); with --plot also write the box plot."""
     from hpcshuffle.analysis.imbalance import imbalance_json, imbalance_table, sweep
 
     results = sweep(args.batch, args.nodes, args.steps, args.seed)

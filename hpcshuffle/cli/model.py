@@ -9,6 +9,7 @@ from hpcshuffle.analysis.model import IMAGENET_PFS
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle model` to `commands`."""
     model = commands.add_parser(
         "model",
         help="predict epoch times of regular, distributed-cache and locality-aware loading (Yang & Cong eqs. 1-8)",
@@ -45,6 +46,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_model(args: argparse.Namespace) -> None:
+    """Predict every method's epoch time per node count and print the table (or JSON); with --plot also
+    write epoch time vs nodes."""
     from hpcshuffle.analysis.model import ModelParams, model_json, model_table, predict
 
     params = ModelParams(

@@ -18,6 +18,7 @@ def parse_bytes(text: str) -> int:
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle pack` to `commands`."""
     pack = commands.add_parser(
         "pack",
         help="pack an ImageFolder into WebDataset tar shards (dataset=webdataset)",
@@ -39,6 +40,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_pack(args: argparse.Namespace) -> None:
+    """Pack --src into shards at --out (1,000 images per shard unless a size is given) and say what was written."""
     from hpcshuffle.formats.webdataset import SPLITS, pack
     from hpcshuffle.storage.capacity import gib
 

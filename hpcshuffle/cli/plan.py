@@ -21,6 +21,7 @@ from hpcshuffle.plan import (
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle plan` to `commands`."""
     plan = commands.add_parser("plan", help="dry-run a shuffling plan: partitions, exchanges, storage")
     plan.add_argument("--samples", type=int, default=None, help="N, training samples (required unless --dataset)")
     plan.add_argument("--workers", type=int, required=True, help="M, ranks")
@@ -54,6 +55,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_plan(args: argparse.Namespace) -> None:
+    """Plan --epochs epochs of --shuffle and print the summary, the JSON, or with --quality the
+    shuffle quality per epoch. ConfigError without N (--samples or --dataset) or when they differ."""
     q = get_strategy(args.shuffle).q_for(args.q)
     listed = dataset_labels(args.dataset, args.format, args.quality) if args.dataset else None
     if listed is not None:
@@ -104,6 +107,7 @@ def quality_labels(args: argparse.Namespace) -> np.ndarray | None:
 
 
 def quality_table(rows: list[dict]) -> str:
+    """The per-epoch pair mixing, with the label skew columns where the rows have labels."""
     header = f"{'epoch':>5} {'mixing':>7}"
     labelled = "labels" in rows[0]["mixing"]
     if labelled:
@@ -122,6 +126,8 @@ def quality_table(rows: list[dict]) -> str:
 
 
 def plan_summary(plans: list[EpochPlan]) -> str:
+    """The plans' shape, then per epoch the held, sent, received and peak counts per rank (per node
+    in node scope) against the storage bound, and the reads from shared storage."""
     spec = plans[0].spec
     unit = "node" if spec.ranks_per_node > 1 else "rank"
     nodes = f", {spec.nodes} nodes of {spec.ranks_per_node} ranks sharing a partition" if unit == "node" else ""
@@ -152,6 +158,7 @@ def plan_summary(plans: list[EpochPlan]) -> str:
 
 
 def plan_json(plans: list[EpochPlan]) -> str:
+    """`{"epochs": [...]}`: per epoch the ids each rank holds and trains on, in order, and its counts."""
     def ids(arrays: list[np.ndarray]) -> list[list[int]]:
         return [array.tolist() for array in arrays]
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle report` to `commands`."""
     report = commands.add_parser(
         "report",
         help="breakdown table and validation curves across run directories",
@@ -22,6 +23,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_report(args: argparse.Namespace) -> None:
+    """Print the breakdown table and the per-epoch curves of the runs that finished an epoch (others
+    are named on stderr and left out); with --plot and --csv also write the figures and summary rows."""
     from hpcshuffle.analysis.report import (
         breakdown_table,
         collect,

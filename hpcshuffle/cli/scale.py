@@ -33,6 +33,7 @@ from hpcshuffle.scale.scenario import (
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle scale`, with its calibrate and validate actions, to `commands`."""
     scale = commands.add_parser("scale", help="simulate epochs at 16-4,096 workers on SimGrid (calibrate, validate)",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     add_simulation_arguments(scale)
@@ -53,6 +54,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
+    """The flags that shape a simulated run: platform, workers, model, dataset, batch, seed, scope, jobs."""
     parser.add_argument("--platform", default="abci", help="conf/platform/<name>.yaml or a yaml path (default abci)")
     parser.add_argument("--workers", type=int, nargs="+", default=[128], metavar="M")
     parser.add_argument("--model", default="resnet50", help="a key of the platform's models: (default resnet50)")
@@ -67,6 +69,9 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def cmd_scale(args: argparse.Namespace) -> None:
+    """Simulate the scenarios the flags name and print their table (or JSON), the q recommendation
+    (--recommend) or the sensitivity study (--sensitivity, --plot). Every scenario is checked
+    before any is simulated."""
     platform = load_platform(args.platform)
     if args.sensitivity or args.plot is not None:
         scale_sensitivity.cmd_sensitivity(args, platform, _progress)

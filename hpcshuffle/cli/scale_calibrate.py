@@ -23,6 +23,7 @@ from hpcshuffle.scale.validate import validate, validation_table
 
 
 def add_parsers(actions: argparse._SubParsersAction) -> None:
+    """Add `scale calibrate` and `scale validate` to the `scale` command's `actions`."""
     calibrate = actions.add_parser("calibrate", help="fit a platform yaml from real runs of one workload")
     calibrate.add_argument("runs", nargs="+", metavar="RUN_DIR", help="directories with config.yaml and metrics.jsonl")
     calibrate.add_argument("--out", default="conf/platform/this_machine.yaml")
@@ -50,6 +51,8 @@ def add_parsers(actions: argparse._SubParsersAction) -> None:
 
 
 def cmd_calibrate(args: argparse.Namespace) -> None:
+    """Fit a platform from the runs (measuring what the flags do not give: the mean sample size and,
+    with `mpiexec -n 2`, the MPI link) and write it to --out once it loads as a platform."""
     runs = read_runs(args.runs)
     sample_bytes = args.sample_bytes or mean_file_bytes(dataset_root(runs[0].path, runs[0].dataset_root))
     if args.link:
@@ -84,6 +87,7 @@ def dataset_root(run_dir: Path, root: str) -> Path:
 
 
 def summary(platform: dict) -> dict[str, float]:
+    """The fitted platform's headline numbers, by name with their units, for the line `calibrate` prints."""
     (model,) = platform["models"].values()
     return {"fwbw/sample s": model["fwbw_per_sample"], "loader cpu/file s": platform["loader"]["cpu_per_file"],
             "shared client cpu/file s": platform["shared"]["client_cpu_per_file"],
@@ -94,6 +98,7 @@ def summary(platform: dict) -> dict[str, float]:
 
 
 def cmd_validate(args: argparse.Namespace) -> None:
+    """Simulate each run on --platform and print each phase's measured and simulated seconds (or JSON)."""
     rows = validate(load_platform(args.platform), read_runs(args.runs),
                     lambda line: print(line, file=sys.stderr, flush=True), args.jobs)
     print(json.dumps({"platform": args.platform, "rows": rows}) if args.json else validation_table(rows))

@@ -18,6 +18,7 @@ from hpcshuffle.scale.sensitivity import (
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add --sensitivity and --plot to `scale`'s parser."""
     parser.add_argument("--sensitivity", action="store_true",
                         help="vary each knob of the platform's ranges: (low, high) at one --workers count and "
                              "print how GS/LS and PLS/LS (at one --q, default 0.1) move, largest swing first")

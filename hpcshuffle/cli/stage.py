@@ -20,6 +20,7 @@ from hpcshuffle.plan import (
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle stage` to `commands`."""
     from hpcshuffle.formats import FORMATS
 
     stage = commands.add_parser(

@@ -17,6 +17,7 @@ SYNTH = {
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle synth` and one sub-command per format of SYNTH to `commands`."""
     synth = commands.add_parser("synth", help="write a synthetic dataset in a real format")
     formats = synth.add_subparsers(dest="format", required=True)
     imagefolder = add_format(formats, "imagefolder", "JPEGs in <out>/{train,val}/<class>/", "images")
@@ -60,16 +61,19 @@ def add_format(
 
 
 def add_image_flags(parser: argparse.ArgumentParser, classes: int) -> None:
+    """--classes (default `classes`) and --size, for formats of images."""
     parser.add_argument("--classes", type=int, default=classes)
     parser.add_argument("--size", type=int, default=32, help="image side in pixels")
 
 
 def add_field_flags(parser: argparse.ArgumentParser, height: int, width: int) -> None:
+    """--height and --width (defaults as given; multiples of 16), for DeepCAM's climate fields."""
     parser.add_argument("--height", type=int, default=height, help="a multiple of 16")
     parser.add_argument("--width", type=int, default=width, help="a multiple of 16")
 
 
 def cmd_synth(args: argparse.Namespace) -> None:
+    """Write the dataset the sub-command names at --out, list it back, and say what it holds."""
     from hpcshuffle.formats import get_format
 
     name, flags, unit = SYNTH[args.format]

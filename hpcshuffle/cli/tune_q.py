@@ -12,6 +12,7 @@ from hpcshuffle.plan import PARTITIONS, PlanSpec
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
+    """Add `hpcshuffle tune-q` to `commands`."""
     tune = commands.add_parser(
         "tune-q",
         help="recommend the smallest exchange fraction q that keeps accuracy (paper §III-D)",
@@ -49,6 +50,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
 
 
 def cmd_tune_q(args: argparse.Namespace) -> None:
+    """Print the recommended q per group of the runs under RESULTS_DIR and write their summary CSV;
+    with --predict, the q the plans' label skew predicts, training nothing."""
     if args.predict:
         print(predict_table(predictions(args)))
         return
@@ -86,6 +89,8 @@ def predictions(args: argparse.Namespace) -> list[dict]:
 
 
 def predict_table(found: list[dict]) -> str:
+    """Per worker count, global shuffling's label skew, each candidate q's, and the smallest q within
+    the tolerance."""
     qs = list(found[0]["skew"])
     lines = [f"label skew at epoch {found[0]['by_epoch']} (same-class excess of workers' batches; 0: as global "
              "shuffling), and the smallest q within the tolerance of global's",

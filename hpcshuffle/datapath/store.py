@@ -42,6 +42,8 @@ class StorePath(DataPath):
         self.make_loader()
 
     def start_epoch(self, plan: EpochPlan, first_step: int, row: RankEpoch) -> None:
+        """As DataPath's, after checking that the store holds exactly the ids `plan` says this rank
+        holds at the epoch's start; StoreError naming what is missing or extra otherwise."""
         rank = self.world.rank
         self.held_ids = sorted(self.store.ids())
         if self.held_ids != plan.held[rank].tolist():
