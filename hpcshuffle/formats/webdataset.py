@@ -203,8 +203,7 @@ def shard_paths(root: Path, split: str) -> list[Path]:
 
 
 def read_class_names(root: Path, labels: list[int]) -> tuple[str, ...]:
-    """The names in `root/classes.txt`, or ``class_<n>`` for each label when there is none;
-    DatasetError if the file names fewer classes than the labels need."""
+    """The names in `root/classes.txt` (DatasetError if too few for `labels`), else class_0 .. class_<max label>."""
     path = root / CLASSES
     if not path.is_file():
         return tuple(f"class_{label}" for label in range(max(labels) + 1))
