@@ -1,4 +1,5 @@
 # The two commands of the quick start: `make demo` and `make test`. Both create ./.venv on first use.
+# `make check` is the inner loop: lint and the unit tier, at most 5 minutes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -7,7 +8,7 @@ RANKS ?= 4
 EPOCHS ?= 4
 DEMO := results/demo
 
-.PHONY: install simgrid demo test clean
+.PHONY: install simgrid demo check test clean
 
 install: $(STAMP) simgrid
 
@@ -28,6 +29,11 @@ simgrid: $(STAMP)
 demo: $(STAMP)
 	rm -rf $(DEMO)
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
+
+# lint, then the unit tier, stopping at the first failure (docs/testing.md)
+check: $(STAMP)
+	$(BIN)/python -m ruff check .
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -x tests/unit
 
 # -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so
 test: $(STAMP) simgrid
