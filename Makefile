@@ -1,4 +1,5 @@
 # The two commands of the quick start: `make demo` and `make test`. Both create ./.venv on first use.
+# `make check` is the inner loop: lint and the unit tier, at most 5 minutes.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -29,7 +30,8 @@ demo: $(STAMP)
 	rm -rf $(DEMO)
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
 
-# the inner loop, in a few minutes: lint (ruff), the layer contract (import-linter) and the unit tier
+# the inner loop, in a few minutes: lint (ruff), the layer contract (import-linter), then the unit
+# tier, stopping at the first failure (docs/testing.md)
 check: $(STAMP) simgrid
 	$(BIN)/ruff check .
 	$(BIN)/lint-imports

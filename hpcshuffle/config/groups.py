@@ -117,8 +117,8 @@ class DatasetConfig:
 
 @dataclass
 class StorageConfig:
-    """`conf/storage/`: the node-local stores (README "Staging") and how shared storage is read
-    (README "Shared storage").
+    """`conf/storage/`: the node-local stores (docs/staging.md, "Staging") and how shared storage
+    is read (docs/staging.md, "Shared storage").
 
     Attributes:
         stage: copy what is missing or stale before training; False: fail unless staged.
@@ -218,7 +218,7 @@ class CacheConfig:
 
 @dataclass
 class CheckpointConfig:
-    """`conf/checkpoint/`: <run dir>/checkpoint.pt (README "Preemption and recovery")."""
+    """`conf/checkpoint/`: <run dir>/checkpoint.pt (docs/reliability.md)."""
 
     resume: str = "auto"
     every_epochs: int = 1
@@ -246,7 +246,7 @@ class LoggerConfig:
 
 @dataclass
 class WorldConfig:
-    """The job's ranks as a whole (README "Preemption and recovery").
+    """The job's ranks as a whole (docs/reliability.md).
 
     Attributes:
         timeout_s: how long a rank waits on its peers without progress — in a torch.distributed
