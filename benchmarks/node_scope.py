@@ -23,6 +23,8 @@ from pathlib import Path
 from hpcshuffle.files import read_jsonl
 from hpcshuffle.formats.synthetic import synth_imagefolder
 
+IMAGE_SIZE = 16  # pixels, of the synthetic images
+
 
 def train(work: Path, name: str, ranks: int, data: Path, overrides: list[str]) -> Path:
     run_dir = work / name
@@ -66,8 +68,9 @@ def main() -> None:
 
 
 def compare(work: Path, args: argparse.Namespace) -> None:
-    data = synth_imagefolder(work / "data", args.samples, 10, num_val_samples=40, image_size=16, progress=False)
-    common = [f"epochs={args.epochs}", f"batch_size={args.batch}"]
+    data = synth_imagefolder(work / "data", args.samples, 10, num_val_samples=40, image_size=IMAGE_SIZE, progress=False)
+    # trained at the stored size: what is compared is samples moved and mixing, not convolutions
+    common = [f"epochs={args.epochs}", f"batch_size={args.batch}", f"dataset.image_size={IMAGE_SIZE}"]
     scopes = {"rank": ["storage.scope=rank"],
               "node": ["storage.scope=node", f"storage.ranks_per_node={args.per_node}"]}
     shuffles = {"local": ["shuffle=local"], "partial": ["shuffle=partial", f"shuffle.q={args.q}"]}

@@ -18,6 +18,9 @@ REPO = Path(__file__).resolve().parents[1]
 # 211 is prime: no worker count divides it, so partitions always differ in size
 SMALL_SAMPLES = 211
 SMALL_SHARD = 10  # images per tar shard of `small_shards`: 21 shards and a last one of 1
+# trained at the size they are stored at: ImageNet's default of 224 would make every step of every
+# test run convolve images 196 times as large for nothing the tests check
+SMALL_IMAGE = 16
 # what `train_args` trains unless overridden
 EPOCHS = 3
 BATCH = 8
@@ -60,7 +63,7 @@ def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str, layou
         "-m", "hpcshuffle.train",
         f"dataset={layout}", f"dataset.root={dataset}",
         f"hydra.run.dir={run_dir}", f"storage.local_dir={store}",
-        f"batch_size={BATCH}", f"epochs={EPOCHS}", "progress=false",
+        f"batch_size={BATCH}", f"epochs={EPOCHS}", "progress=false", f"dataset.image_size={SMALL_IMAGE}",
         *overrides,
     ]
 
@@ -121,7 +124,8 @@ def merge(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:
 @pytest.fixture(scope="session")
 def small_dataset(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("data") / "small"
-    return synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=16, progress=False)
+    return synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=SMALL_IMAGE,
+                             progress=False)
 
 
 @pytest.fixture(scope="session")

@@ -25,6 +25,7 @@ from tests.conftest import (
     BATCH,
     REPO,
     SHORT_EPOCHS,
+    SMALL_IMAGE,
     SMALL_SAMPLES,
     audit_by_epoch,
     mpi_env,
@@ -46,7 +47,7 @@ LONG_EPOCHS = 10  # long enough that the file system is stopped while the run st
 @pytest.fixture(scope="module")
 def gluster_dataset(shared_fs) -> Path:
     root = shared_fs / "tests" / f"small-{uuid.uuid4().hex[:8]}"
-    synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=16, progress=False)
+    synth_imagefolder(root, SMALL_SAMPLES, num_classes=4, num_val_samples=40, image_size=SMALL_IMAGE, progress=False)
     yield root
     shutil.rmtree(root, ignore_errors=True)
 
