@@ -40,7 +40,6 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
-from common import REPO, records, strategy_overrides
 
 from hpcshuffle.analysis.intervals import interval95
 from hpcshuffle.analysis.labels import balanced_labels, plan_quality, predict_q
@@ -55,6 +54,7 @@ from hpcshuffle.analysis.study import (
 from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.formats import digits, get_format
 from hpcshuffle.plan import PlanSpec, get_strategy, with_role
+from hpcshuffle.studies.runs import REPO, records, strategy_overrides
 from hpcshuffle.training.metrics import validation_score
 
 # --dataset: synthetic: 4,096 32×32 images of 20 close classes (one dataset for every seed); digits:

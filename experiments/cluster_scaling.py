@@ -42,13 +42,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from cluster_platform import write_platform
-from common import REPO, completed, records, strategy_overrides, train_arguments
 
 from hpcshuffle.analysis.audit import audit_problems
 from hpcshuffle.analysis.plots import plot_curves
 from hpcshuffle.analysis.report import steady_means
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
 from hpcshuffle.plan import run_label
+from hpcshuffle.studies.runs import (
+    REPO,
+    completed,
+    records,
+    strategy_overrides,
+    train_arguments,
+)
 
 BIN = Path(sys.executable).parent
 PFS = Path("/pfs")  # where scripts/cluster.sh mounts the storage node's volume on every node

@@ -374,10 +374,10 @@ def cluster_runs(args: argparse.Namespace) -> None:
         run_row,
     )
     from cluster_scaling import PFS as CLUSTER_PFS
-    from common import strategy_overrides
 
     from hpcshuffle.analysis.audit import audit_problems
     from hpcshuffle.analysis.report import steady_means
+    from hpcshuffle.studies.runs import strategy_overrides
 
     out = args.out if args.out.is_absolute() else REPO / args.out
     out.mkdir(parents=True, exist_ok=True)
