@@ -28,11 +28,10 @@ import json
 import sys
 from pathlib import Path
 
-from cluster_platform import rate_bytes_per_s
-
 from hpcshuffle.scale.calibrate import measured_storage, read_runs
 from hpcshuffle.scale.platform_yaml import load_platform, with_values
 from hpcshuffle.scale.validate import validate, validation_table
+from hpcshuffle.studies.cluster_platform import rate_bytes_per_s
 from hpcshuffle.studies.runs import REPO
 
 LATENCY = REPO / "results/reference/storage/latency.json"

@@ -277,7 +277,7 @@ def measure_local(args: argparse.Namespace) -> tuple[str, dict, list[dict]]:
 def measure_cluster(args: argparse.Namespace) -> tuple[str, dict, list[dict]]:
     import tempfile
 
-    from cluster_scaling import BIN, connect
+    from hpcshuffle.studies.cluster import BIN, connect
 
     # the nodes see this machine's files but /tmp (each has its own): results go under /var/tmp
     with tempfile.TemporaryDirectory(prefix="storage-latency-") as workdir, \
@@ -318,7 +318,7 @@ def cluster_script(workdir: Path) -> Path:
     (it sources processes.sh too, which that copy lacks)."""
     import shutil
 
-    from cluster_scaling import snapshot
+    from hpcshuffle.studies.cluster import snapshot
 
     script = snapshot(workdir)
     for sourced in (REPO / "scripts").glob("*.sh"):
@@ -364,19 +364,18 @@ def cluster_runs(args: argparse.Namespace) -> None:
     through its own job handling (submit, wait, retry after a fault, audit)."""
     import tempfile
 
-    from cluster_scaling import (
+    from hpcshuffle.analysis.audit import audit_problems
+    from hpcshuffle.analysis.report import steady_means
+    from hpcshuffle.studies.cluster import PFS as CLUSTER_PFS
+    from hpcshuffle.studies.cluster import connect
+    from hpcshuffle.studies.cluster_runs import (
         BATCH,
         IMAGE_SIZE,
         MODEL,
-        connect,
         ensure_dataset,
         measure,
         run_row,
     )
-    from cluster_scaling import PFS as CLUSTER_PFS
-
-    from hpcshuffle.analysis.audit import audit_problems
-    from hpcshuffle.analysis.report import steady_means
     from hpcshuffle.studies.runs import strategy_overrides
 
     out = args.out if args.out.is_absolute() else REPO / args.out
