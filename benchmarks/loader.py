@@ -63,7 +63,6 @@ the plain DataLoader; > 1 is faster).
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import sys
 import tempfile
@@ -73,11 +72,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import psutil
 import torch
-from shared_io import (  # benchmarks/shared_io.py, next to this script
-    NUM_CLASSES,
-    shared_dataset,
-)
 
 from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import DatasetOptions
@@ -85,6 +81,7 @@ from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
 from hpcshuffle.storage.shared_io import START_HINT, describe, direct_io, shared_volume
+from hpcshuffle.studies.shared_reads import NUM_CLASSES, shared_dataset
 
 
 @dataclass(frozen=True)
@@ -109,11 +106,12 @@ class Run:
     fingerprints: dict[int, float]  # sample id -> sum over a sparse grid of its pixels
 
 
-def cpu_times() -> tuple[int, int]:
-    """(busy, total) jiffies of all cores since boot, from /proc/stat."""
-    fields = [int(value) for value in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+def cpu_times() -> tuple[float, float]:
+    """(busy, total) CPU seconds of all cores since boot: user, nice, system, idle, iowait, irq and softirq,
+    busy without idle and iowait (psutil.cpu_times, /proc/stat's first line)."""
+    times = psutil.cpu_times()
+    total = times.user + times.nice + times.system + times.idle + times.iowait + times.irq + times.softirq
+    return total - times.idle - times.iowait, total
 
 
 def load_all(samples: Samples, sample_ids: np.ndarray, batch_size: int, workers: int, method: str, threads: str) -> Run:
@@ -132,7 +130,7 @@ def load_all(samples: Samples, sample_ids: np.ndarray, batch_size: int, workers:
         # a sparse grid: enough to tell crops apart, cheap enough not to take the workers' cores
         fingerprints.update(zip(ids.tolist(), images[:, :, ::7, ::7].double().sum((1, 2, 3)).tolist()))
     seconds, (busy, total) = time.perf_counter() - start, np.subtract(cpu_times(), start_cpu)
-    return Run(method, threads, num_batches, num_samples, seconds, busy / max(total, 1), fingerprints)
+    return Run(method, threads, num_batches, num_samples, seconds, busy / total if total > 0 else 0.0, fingerprints)
 
 
 def decode_ms(samples: Samples, count: int) -> float:
@@ -145,27 +143,20 @@ def decode_ms(samples: Samples, count: int) -> float:
     return (time.perf_counter() - start) / count * 1000
 
 
-def gluster_pids() -> list[int]:
+def gluster_processes() -> list[psutil.Process]:
     """The GlusterFS client and brick processes on this machine (their CPU is the read's too)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and (entry / "comm").read_text().strip() in ("glusterfs", "glusterfsd"):
-                pids.append(int(entry.name))
-        except OSError:
-            continue  # exited meanwhile
-    return pids
+    return [process for process in psutil.process_iter(["name"]) if process.info["name"] in ("glusterfs", "glusterfsd")]
 
 
-def cpu_seconds(pids: list[int]) -> float:
-    """User + system CPU seconds used so far by `pids` (those still there)."""
+def cpu_seconds(processes: list[psutil.Process]) -> float:
+    """User + system CPU seconds used so far by `processes` (those still there)."""
     total = 0.0
-    for pid in pids:
+    for process in processes:
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
+            times = process.cpu_times()
+        except psutil.Error:  # exited meanwhile, or not ours to read
             continue
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        total += times.user + times.system
     return total
 
 
@@ -174,11 +165,11 @@ def read_ms(catalog: Catalog, sample_ids: np.ndarray) -> tuple[float, float]:
 
     CPU counts this process and, on the mount, the GlusterFS processes here: work no thread can
     hide when every core is busy (time.sleep, the emulated wait, uses none)."""
-    pids = [] if isinstance(catalog, EmulatedPFS) else gluster_pids()
-    start_cpu, start = time.process_time() + cpu_seconds(pids), time.perf_counter()
+    gluster = [] if isinstance(catalog, EmulatedPFS) else gluster_processes()
+    start_cpu, start = time.process_time() + cpu_seconds(gluster), time.perf_counter()
     for sample_id in sample_ids.tolist():
         catalog.read_bytes(sample_id)
-    wall_s, cpu_s = time.perf_counter() - start, time.process_time() + cpu_seconds(pids) - start_cpu
+    wall_s, cpu_s = time.perf_counter() - start, time.process_time() + cpu_seconds(gluster) - start_cpu
     return wall_s / len(sample_ids) * 1000, cpu_s / len(sample_ids) * 1000
 
 

@@ -19,7 +19,7 @@ goes to the file system):
 The images are `shared_io.py`'s synthetic ImageFolder (written on first use under
 `<mount>/bench/`, ~107 KB JPEGs at the default `--size 352`), packed next to it
 `--shard-samples` to a tar. Before each source's first pass every cache is emptied
-(`shared_io.make_cold`). `--repeats` rounds of all three; the table gives the median and range.
+(`hpcshuffle.studies.shared_reads.make_cold`). `--repeats` rounds of all three; the table gives the median and range.
 
 Then the shuffle quality shards cost, from the plans (no I/O): `--workers` ranks training
 `--epochs` epochs of PLS at `--q`, sample by sample against whole shards of `--shard-samples`
@@ -47,7 +47,13 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
-from shared_io import (  # benchmarks/shared_io.py
+
+from hpcshuffle.analysis.quality import PairMixing
+from hpcshuffle.formats import webdataset
+from hpcshuffle.formats.catalog import Catalog
+from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.storage.shared_io import direct_io, mount_of
+from hpcshuffle.studies.shared_reads import (
     Source,
     check_counts,
     make_cold,
@@ -58,12 +64,6 @@ from shared_io import (  # benchmarks/shared_io.py
     shared_dataset,
     steady,
 )
-
-from hpcshuffle.analysis.quality import PairMixing
-from hpcshuffle.formats import webdataset
-from hpcshuffle.formats.catalog import Catalog
-from hpcshuffle.plan import PlanSpec, plan_epochs
-from hpcshuffle.storage.shared_io import direct_io, mount_of
 
 
 def shard_dataset(images: Catalog, shard_samples: int, seed: int) -> webdataset.WebDatasetCatalog:

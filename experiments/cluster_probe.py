@@ -20,163 +20,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import shutil
-import time
 from pathlib import Path
 
-import numpy as np
-
-CHUNK = 1 << 20
-
-
-def timed(action, repeats: int = 1) -> float:
-    """Seconds per call of `action()` over `repeats` calls, after one untimed call."""
-    action()
-    started = time.perf_counter()
-    for _ in range(repeats):
-        action()
-    return (time.perf_counter() - started) / repeats
-
-
-def client_cpu_s() -> float:
-    """CPU seconds used so far by the GlusterFS clients of this node (the `glusterfs` processes in
-    this process's mount namespace: every node's /proc lists every node's clients)."""
-    mine, ticks = os.readlink("/proc/self/ns/mnt"), os.sysconf("SC_CLK_TCK")
-    total = 0.0
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            client = Path(f"/proc/{pid}/comm").read_text().strip() == "glusterfs"
-            if not client or os.readlink(f"/proc/{pid}/ns/mnt") != mine:
-                continue
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:  # gone, or not ours to read
-            continue
-        total += (int(fields[11]) + int(fields[12])) / ticks  # utime + stime
-    return total
-
-
-def read_file(path: Path) -> int:
-    with open(path, "rb", buffering=0) as source:
-        return sum(len(chunk) for chunk in iter(lambda: source.read(CHUNK), b""))
-
-
-def write_file(path: Path, nbytes: int) -> None:
-    block = np.random.default_rng(0).integers(0, 256, CHUNK, dtype=np.uint8).tobytes()
-    with open(path, "wb") as sink:
-        for _ in range(-(-nbytes // CHUNK)):
-            sink.write(block)
-        sink.flush()
-        os.fsync(sink.fileno())
-
-
-def samples_of(root: Path, store_root: Path | None, image_size: int):
-    """The training set as a rank's loader reads it (hpcshuffle.storage.loader.Samples): from shared storage
-    (store_root None, pages dropped after each read) or from a node-local store."""
-    from hpcshuffle.formats import get_format
-    from hpcshuffle.formats.codec import DatasetOptions
-    from hpcshuffle.formats.imagefolder import ImageFolderCodec
-    from hpcshuffle.storage.loader import Samples
-
-    catalog = get_format("imagefolder").scan(root, "train")
-    codec = ImageFolderCodec(len(catalog.classes), DatasetOptions("flip", image_size))
-    return Samples(catalog, codec, None if store_root is None else [store_root], train=True)
-
-
-def per_file(load, ids: list[int]) -> float:
-    """Seconds per file of `load((epoch, id))` over `ids`, after an untimed pass (the storage
-    server's cache then is as warm as after a run's first epoch)."""
-    return timed(lambda: [load((1, i)) for i in ids]) / len(ids)
-
-
-def shared_reads(shared, ids: list[int]) -> dict:
-    """Per-file seconds of reading samples from shared storage as GS does, and the client's CPU per file."""
-    cpu = client_cpu_s()
-    seconds = per_file(shared.load, ids)
-    client = (client_cpu_s() - cpu) / (2 * len(ids))  # over per_file's two passes
-    sizes = [shared.catalog.stat(i).nbytes for i in ids]
-    return {"shared_file_s": seconds, "client_cpu_per_file_s": client, "files": len(ids),
-            "sample_bytes": float(np.mean(sizes))}
-
-
-def local_rates(shared, store_dir: Path, ids: list[int], image_size: int, batch: int, big_bytes: int) -> dict:
-    """From a node-local store holding `ids`: seconds per file read, and per file loaded the way a
-    rank's loader loads a batch (read, seeded augmentation, decode, collate); a large node-local
-    file's write and read rates."""
-    from hpcshuffle.storage.loader import collate_skipping
-    from hpcshuffle.storage.store import Store
-
-    shutil.rmtree(store_dir, ignore_errors=True)
-    try:
-        with Store(store_dir / "store") as store:
-            for i in ids:
-                store.add(shared.catalog.meta(i), shared.load((1, i)), durable=False)
-            store.sync()
-        local = samples_of(shared.catalog.root, store_dir / "store", image_size)
-        read_s = per_file(local.load, ids)
-        batches = [ids[start:start + batch] for start in range(0, len(ids), batch)]
-        loaded_s = timed(lambda: [collate_skipping(local.__getitems__([(1, i) for i in keys])) for keys in batches])
-        big = store_dir / "big.bin"
-        write_big_s = timed(lambda: write_file(big, big_bytes))
-        read_big_s = timed(lambda: read_file(big))
-    finally:
-        shutil.rmtree(store_dir, ignore_errors=True)
-    return {"local_file_s": read_s, "loaded_per_file_s": loaded_s / len(ids),
-            "local_write_Bps": big_bytes / write_big_s, "local_read_Bps": big_bytes / read_big_s}
-
-
-def compute(model_name: str, classes: int, image_size: int, batch: int, repeats: int) -> dict:
-    """FW+BW per sample on a batch, one thread, and the bytes of the model's gradients."""
-    import torch
-
-    from hpcshuffle.models import build
-
-    model, loss_fn = build(model_name, num_classes=classes), torch.nn.CrossEntropyLoss()
-    images, labels = torch.randn(batch, 3, image_size, image_size), torch.randint(0, classes, (batch,))
-
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        loss_fn(model(images), labels).backward()
-
-    fwbw_s = timed(step, repeats) / batch
-    return {"fwbw_per_sample_s": fwbw_s, "gradient_bytes": 4.0 * sum(p.numel() for p in model.parameters())}
-
-
-def probe_node(args: argparse.Namespace) -> dict:
-    import torch
-
-    torch.set_num_threads(1)  # jobs/train.sbatch: threads = --cpus-per-task = 1
-    started = time.perf_counter()
-    shared = samples_of(Path(args.root), None, args.image_size)
-    count = min(args.files, len(shared.catalog))
-    ids = sorted(int(i) for i in np.random.default_rng(0).choice(len(shared.catalog), size=count, replace=False))
-    result = shared_reads(shared, ids)
-    big = Path(args.big)
-    result["big_bytes"] = big.stat().st_size
-    result["shared_read_Bps"] = result["big_bytes"] / timed(lambda: read_file(big))
-    result.update(local_rates(shared, Path(args.store), ids, args.image_size, args.batch, result["big_bytes"]))
-    result.update(compute(args.model, len(shared.catalog.classes), args.image_size, args.batch, args.repeats))
-    result["cpus"] = os.cpu_count()
-    result["probe_s"] = time.perf_counter() - started
-    return result
-
-
-def probe_allreduce(args: argparse.Namespace) -> dict | None:
-    import torch
-
-    from hpcshuffle.comm.world import discover, init_torch_distributed
-    from hpcshuffle.models import build
-    from hpcshuffle.training.learner import average_gradients
-
-    world = discover()
-    init_torch_distributed(world, "gloo", timeout_s=60)
-    torch.set_num_threads(1)
-    model = build(args.model, num_classes=10)
-    for parameter in model.parameters():
-        parameter.grad = torch.ones_like(parameter)
-    seconds = timed(lambda: average_gradients(model, world.size), args.repeats)
-    gradient_bytes = 4.0 * sum(p.numel() for p in model.parameters())
-    return {"allreduce_s": seconds, "ranks": world.size, "gradient_bytes": gradient_bytes} if world.is_root else None
+from hpcshuffle.studies.node_probe import probe_allreduce, probe_node
 
 
 def main() -> None:
@@ -193,7 +39,11 @@ def main() -> None:
         sub.add_argument("--model", default="small_cnn")
         sub.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    result = probe_node(args) if args.probe == "node" else probe_allreduce(args)
+    if args.probe == "node":
+        result = probe_node(Path(args.root), Path(args.big), Path(args.store), args.files, args.image_size, args.batch,
+                            args.model, args.repeats)
+    else:
+        result = probe_allreduce(args.model, args.repeats)
     if result is not None:
         print(json.dumps(result), flush=True)
 

@@ -21,10 +21,9 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from common import shared_storage, strategy_overrides, train
-
 from hpcshuffle.analysis.plots import plot_breakdown, plot_curves
 from hpcshuffle.analysis.report import steady_means
+from hpcshuffle.studies.runs import shared_storage, strategy_overrides, train
 
 DEFAULT_OVERRIDES = ["dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
                      "dataset.synthesize.classes=20"]

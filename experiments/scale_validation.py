@@ -28,12 +28,11 @@ import json
 import sys
 from pathlib import Path
 
-from cluster_platform import rate_bytes_per_s
-from common import REPO
-
 from hpcshuffle.scale.calibrate import measured_storage, read_runs
 from hpcshuffle.scale.platform_yaml import load_platform, with_values
 from hpcshuffle.scale.validate import validate, validation_table
+from hpcshuffle.studies.cluster_platform import rate_bytes_per_s
+from hpcshuffle.studies.runs import REPO
 
 LATENCY = REPO / "results/reference/storage/latency.json"
 LATENCY_TARGET = "nscluster-lat5ms"

@@ -20,9 +20,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from common import strategy_overrides, train
-
 from hpcshuffle.analysis.plots import plot_curves
+from hpcshuffle.studies.runs import strategy_overrides, train
 from hpcshuffle.training.metrics import validation_score
 
 # a learnable dataset small enough that 64 workers hold 64 images each, 20 close classes

@@ -1,17 +1,23 @@
-"""experiments/cluster_scaling.py without a cluster: reading `cluster.sh status` (a fake script), the
-platform it writes from measurements (it loads, and each number is the measurement it names), and
-the tables it prints."""
+"""experiments/cluster_scaling.py's pieces (hpcshuffle/studies/) without a cluster: reading `cluster.sh
+status` (a fake script), the platform it writes from measurements (it loads, and each number is the
+measurement it names), and the tables it prints."""
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
+from hpcshuffle.plan import run_label
 from hpcshuffle.scale.platform_yaml import load_platform
+from hpcshuffle.studies import cluster as cluster_module
+from hpcshuffle.studies.cluster import CLUSTER_SOURCES, Cluster, connect, snapshot
+from hpcshuffle.studies.cluster_platform import rate_bytes_per_s, write_platform
+from hpcshuffle.studies.cluster_runs import cluster_fault
+from hpcshuffle.studies.cluster_tables import comparison_table, scaling_table
+from hpcshuffle.studies.runs import REPO
+from hpcshuffle.studies.sbatch_job import SlurmJob
 
-EXPERIMENTS = Path(__file__).resolve().parents[2] / "experiments"
 STATUS = """nodes=3 link=10gbit storage_link=200mbit storage_latency_ms=2 
 ctl    10.203.57.2  holder alive
 fs     10.203.57.3  holder alive
@@ -32,16 +38,6 @@ MEASURED = {
 }
 
 
-@pytest.fixture
-def scaling(monkeypatch):
-    monkeypatch.syspath_prepend(str(EXPERIMENTS))
-    import cluster_scaling
-
-    yield cluster_scaling
-    for name in ("cluster_scaling", "cluster_platform", "common"):
-        sys.modules.pop(name, None)
-
-
 def fake_status(tmp_path: Path, text: str, code: int = 0) -> Path:
     script = tmp_path / "cluster.sh"
     (tmp_path / "status.txt").write_text(text)
@@ -49,49 +45,47 @@ def fake_status(tmp_path: Path, text: str, code: int = 0) -> Path:
     return script
 
 
-def test_the_settings_come_from_status_and_a_missing_or_broken_cluster_names_the_fix(scaling, tmp_path):
-    cluster = scaling.connect(fake_status(tmp_path, STATUS), nodes_wanted=3)
+def test_the_settings_come_from_status_and_a_missing_or_broken_cluster_names_the_fix(tmp_path):
+    cluster = connect(fake_status(tmp_path, STATUS), nodes_wanted=3)
     assert cluster.settings == {"nodes": 3, "link": "10gbit", "storage_link": "200mbit", "storage_latency_ms": 2}
     with pytest.raises(SystemExit, match="no cluster is up .*bash scripts/cluster.sh up"):
-        scaling.connect(fake_status(tmp_path, "no cluster is up\n", code=1), nodes_wanted=1)
+        connect(fake_status(tmp_path, "no cluster is up\n", code=1), nodes_wanted=1)
     node1_down = STATUS.replace("node1  /pfs mounted", "node1  /pfs NOT mounted")
     with pytest.raises(SystemExit, match=r"broken \(2 of 3 nodes usable, 3 wanted\):\nnode1  /pfs NOT mounted"):
-        scaling.connect(fake_status(tmp_path, node1_down), nodes_wanted=3)
-    assert scaling.connect(fake_status(tmp_path, node1_down), nodes_wanted=2).placement() == ["--exclude=node1"]
+        connect(fake_status(tmp_path, node1_down), nodes_wanted=3)
+    assert connect(fake_status(tmp_path, node1_down), nodes_wanted=2).placement() == ["--exclude=node1"]
     with pytest.raises(SystemExit, match="fs     10.203.57.3  holder DEAD"):
-        scaling.connect(fake_status(tmp_path, STATUS.replace("3  holder alive", "3  holder DEAD")), nodes_wanted=1)
+        connect(fake_status(tmp_path, STATUS.replace("3  holder alive", "3  holder DEAD")), nodes_wanted=1)
     with pytest.raises(SystemExit, match="asks for 4 nodes, the cluster has 3"):
-        scaling.connect(fake_status(tmp_path, STATUS), nodes_wanted=4)
+        connect(fake_status(tmp_path, STATUS), nodes_wanted=4)
 
 
-def test_after_a_node_failure_it_waits_for_enough_usable_nodes_and_leaves_out_the_rest(scaling, tmp_path, monkeypatch):
+def test_after_a_node_failure_it_waits_for_enough_usable_nodes_and_leaves_out_the_rest(tmp_path, monkeypatch):
     down = STATUS.replace("node1  /pfs mounted", "node1  /pfs NOT mounted")
     (tmp_path / "1.txt").write_text(STATUS.replace("3  holder alive", "3  holder DEAD"))  # storage gone: unusable
     (tmp_path / "2.txt").write_text(down)  # node1 gone: 2 of 3 nodes usable
     script = tmp_path / "cluster.sh"
     script.write_text(f"n=$(( $(cat {tmp_path}/calls 2>/dev/null || echo 0) + 1 )); echo $n > {tmp_path}/calls\n"
                       f"cat {tmp_path}/$(( n > 2 ? 2 : n )).txt\n")
-    monkeypatch.setattr(scaling.time, "sleep", lambda seconds: None)
-    cluster = scaling.Cluster(script, {"nodes": 3}, needed=2)
+    monkeypatch.setattr(cluster_module.time, "sleep", lambda seconds: None)
+    cluster = Cluster(script, {"nodes": 3}, needed=2)
     cluster.heal("a node failed under job 7")
     assert (tmp_path / "calls").read_text().strip() == "2"
     assert cluster.placement() == ["--exclude=node1"]
 
 
-def test_a_fault_of_the_cluster_is_told_from_a_failed_run(scaling, tmp_path):
+def test_a_fault_of_the_cluster_is_told_from_a_failed_run(tmp_path):
     log = tmp_path / "job.out"
     log.write_text("hpcshuffle: error on rank 0: shared storage went away during the run: /pfs/x cannot be read\n")
-    job = scaling.Job("7", "FAILED", "2:0", 0.0, {}, 1.0)
-    assert scaling.cluster_fault(job, log) == "shared storage going away"
-    assert scaling.cluster_fault(scaling.Job("7", "NODE_FAIL", "0:15", 0.0, {}, 1.0), tmp_path / "none") \
+    job = SlurmJob("7", "FAILED", "2:0", 0.0, {}, 1.0)
+    assert cluster_fault(job, log) == "shared storage going away"
+    assert cluster_fault(SlurmJob("7", "NODE_FAIL", "0:15", 0.0, {}, 1.0), tmp_path / "none") \
         == "a node failure"
     log.write_text("hpcshuffle: error on rank 0: q must be in [0, 1], got 2\n")
-    assert scaling.cluster_fault(job, log) is None
+    assert cluster_fault(job, log) is None
 
 
-def test_the_platform_holds_the_measurements_it_names(scaling, tmp_path):
-    from cluster_platform import rate_bytes_per_s, write_platform
-
+def test_the_platform_holds_the_measurements_it_names(tmp_path):
     settings = {"nodes": 3, "link": "10gbit", "storage_link": "200mbit", "storage_latency_ms": 2}
     path = tmp_path / "nscluster.yaml"
     write_platform(path, settings, MEASURED, 1, "small_cnn", ("data-40", 40), 32, 32)
@@ -114,26 +108,26 @@ def test_the_platform_holds_the_measurements_it_names(scaling, tmp_path):
     assert rate_bytes_per_s("10gbit") == 1.25e9 and rate_bytes_per_s("none") is None
 
 
-def test_the_tables_give_each_strategy_against_ls_and_the_simulated_error(scaling):
+def test_the_tables_give_each_strategy_against_ls_and_the_simulated_error():
     rows = [{"nodes": n, "workers": n, "shuffle": s, "q": q, "scope": "rank", "epoch_s": e * 2 / n, "io_s": 1.0,
              "exchange_s": 0.0, "fwbw_s": 0.5, "allreduce_s": 0.1}
             for n in (1, 2) for s, q, e in (("global", 1.0, 3.0), ("local", 0.0, 1.0), ("partial", 0.1, 1.1))]
-    labels = [(row["nodes"], scaling.run_label(row["shuffle"], row["q"])) for row in rows]
+    labels = [(row["nodes"], run_label(row["shuffle"], row["q"])) for row in rows]
     extras = {label: {"read_shared": 0, "sent": 0} for label in labels}
-    table = scaling.scaling_table(rows, extras)
+    table = scaling_table(rows, extras)
     assert "    1             3.00             1.10" in table
     predicted = {"platform": "nscluster", "runs": [{**row, "epoch_s": row["epoch_s"] * 1.5} for row in rows]}
-    comparison = scaling.comparison_table(rows, predicted)
+    comparison = comparison_table(rows, predicted)
     assert comparison.count("+50%") == len(rows)
     assert "epoch error: median 50%, largest 50% over 6 runs" in comparison
 
 
-def test_the_snapshot_holds_everything_cluster_sh_reads_beside_itself(scaling, tmp_path):
+def test_the_snapshot_holds_everything_cluster_sh_reads_beside_itself(tmp_path):
     """cluster.sh sources and reads files from its own directory; a copy without one fails."""
     import re
 
-    script = (scaling.REPO / "scripts" / "cluster.sh").read_text()
+    script = (REPO / "scripts" / "cluster.sh").read_text()
     beside = set(re.findall(r'\$\(dirname "\$SELF"\)/([\w.]+)', script))
-    assert beside == set(scaling.CLUSTER_SOURCES)
-    copied = scaling.snapshot(tmp_path)
+    assert beside == set(CLUSTER_SOURCES)
+    copied = snapshot(tmp_path)
     assert {path.name for path in tmp_path.iterdir()} == {"cluster.sh", *beside} and copied.name == "cluster.sh"

@@ -110,6 +110,7 @@ def rate_bytes_per_s(rate: str) -> float | None:
 
 
 def described(rate: str) -> str:
+    """A tc rate as the platform's comments give it: in bytes/s, or "unshaped"."""
     rate_bps = rate_bytes_per_s(rate)
     return f"{rate_bps:.4g} B/s" if rate_bps else "unshaped"
 

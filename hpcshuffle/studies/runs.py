@@ -1,5 +1,6 @@
-"""What the experiment scripts share: run one training job (skipped when already complete), read
-its records. Scripts run from the repository root: `python experiments/<name>.py ...`."""
+"""Training runs for the experiment scripts: a strategy's overrides, shared storage for a study, one
+run trained unless complete (`python -m hpcshuffle.train`, under `mpiexec` or as virtual workers),
+its records. Runs start in the repository root, as the scripts do (`python experiments/<name>.py`)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from pathlib import Path
 from hpcshuffle.files import read_jsonl
 from hpcshuffle.storage.shared_io import shared_volume
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]  # the source checkout: runs start here
 
 
 def strategy_overrides(strategy: str) -> list[str]:
@@ -49,6 +50,7 @@ def shared_storage(overrides: list[str]) -> Iterator[list[str]]:
 
 
 def records(run_dir: Path) -> list[dict]:
+    """The epochs `run_dir`'s metrics.jsonl holds so far (a last line cut short is left out); [] before any."""
     path = run_dir / "metrics.jsonl"
     return read_jsonl(path, partial_last=True) if path.exists() else []
 

@@ -1,4 +1,4 @@
-"""Two tables of experiments/scale_study.py that test the scale model's mechanisms (issue 36):
+"""Two tables of the scale study (experiments/scale_study.py) that test the scale model's mechanisms (issue 36):
 
 - `fit`: the `abci` shared storage fitted to the only per-phase numbers Nguyen et al. give
   (DenseNet-161 at 512 workers: GS I/O mean 19.6 s, fastest rank 11.9 s, slowest 142 s, allreduce
@@ -11,8 +11,8 @@
   each scheduler have a knee, as the paper saw at 1,024-2,048 workers? Plus the check of the
   authors' scheduler's one fitted number: PLS q = 1.0 against LS at 512 (paper: 1.37x).
 
-scale_study.py builds the jobs (`fit_jobs`, `knee_jobs`) and runs them with its cache; the tables
-and the figure are made here.
+scale_grid.build_jobs builds their jobs (the settings of `knee_setups`) and scale_jobs.run_jobs runs them
+with its cache; the tables and the figure are made here.
 """
 
 from __future__ import annotations

@@ -1,0 +1,134 @@
+"""The accuracy study's results (experiments/accuracy_study.py): per-epoch bands over seeds, each run's
+row, the study's JSON (and a variant filed under a main study's), its figures and the predicted-q lines."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from hpcshuffle.analysis.intervals import interval95
+from hpcshuffle.analysis.plots import plot_curves, plot_scatter
+from hpcshuffle.analysis.study import points, quality_vs_gap
+from hpcshuffle.plan import with_role
+from hpcshuffle.studies.accuracy_runs import label, runs_dir, strategy_of
+from hpcshuffle.studies.runs import records
+from hpcshuffle.training.metrics import validation_score
+
+SKEW_TOLERANCE = 0.01  # tune-q --predict's default: label skew a q may exceed global shuffling's by
+
+
+def epoch_bands(cell: Path, strategy: str, seeds: int):
+    """Per epoch the mean validation top-1 over seeds and its 95 % interval."""
+    runs = [records(cell / f"seed{seed}") for seed in range(seeds)]
+    epochs = min(len(run) for run in runs)
+    means, bands = {}, {}
+    for epoch in range(epochs):
+        mean, low, high = interval95([validation_score(run[epoch]) for run in runs], f"{strategy} epoch {epoch}")
+        means[epoch], bands[epoch] = mean, (low, high)
+    return means, bands
+
+
+def runs_of(rows: list[dict], result: dict) -> list[dict]:
+    """Per run: its point, seed, final top-1, gap to global's mean, mixing and label skew (final, early)."""
+    reference = {(r["partition"], r["workers"]): r["top1_mean"] for r in result["rows"]
+                 if r["strategy"] == with_role("reference").name}
+    return [{"partition": row.get("partition") or "random", "workers": row["workers"], "strategy": row["shuffle"],
+             "q": row["q"], "seed": row["seed"], "top1": round(row["final_score"], 3),
+             "gap": round(row["final_score"] - base, 3) if (base := reference.get(
+                 (row.get("partition") or "random", row["workers"]))) is not None else None,
+             "mixing": row["mixing"], "label_skew": row["label_skew"], "label_skew_early": row["label_skew_early"]}
+            for row in sorted(rows, key=lambda row: (row.get("partition") or "random", row["workers"], row["shuffle"],
+                                                     row["q"], row["seed"])) if row["complete"]]
+
+
+def norm_of(rows: list[dict]) -> str:
+    """The one model.norm of a study's runs (a study compares shuffling, so it holds one)."""
+    norms = {row["norm"] for row in rows}
+    if len(norms) != 1:
+        raise RuntimeError(f"the study's runs mix model.norm {sorted(norms)}; give each its own --out")
+    return norms.pop()
+
+
+def stamp(result: dict, dataset: str, norm: str) -> str:
+    """Name the dataset and norm on every point, cell and run of `result`; returns `<dataset>/<norm>`."""
+    for entry in (*result["rows"], *result["cells"], *result["runs"]):
+        entry.update(dataset=dataset, norm=norm)
+    return f"{dataset}/{norm}"
+
+
+def write_study(path: Path, result: dict) -> None:
+    """Write a study's JSON, keeping the variants already filed in it (`--into`)."""
+    if path.exists() and "variants" in (before := json.loads(path.read_text())):
+        result = {**result, "variants": before["variants"]}
+    path.write_text(json.dumps(result, indent=1) + "\n")
+
+
+def file_variant(path: Path, variant: str, result: dict) -> None:
+    """File `result` under the main study's `variants` at `path`, as `variant`."""
+    if not path.exists():
+        sys.exit(f"--into {path}: no such study JSON; run the main study first (experiments/reference.sh does)")
+    main_study = json.loads(path.read_text())
+    main_study.setdefault("variants", {})[variant] = {key: result[key] for key in ("rows", "cells", "runs",
+                                                                                  "quality_vs_gap")}
+    path.write_text(json.dumps(main_study, indent=1) + "\n")
+    print(f"filed as {variant} under {path}'s variants")
+
+
+def figures_of(result: dict, rows: list[dict], out: Path, partitions: list[str], workers_each: list[int],
+               strategies: list[str], seeds: int, figures: Path) -> None:
+    """The study's figures under `figures`: per (partition, M) the curves per epoch with their bands, per
+    partition accuracy against workers and what q wins back, and each measure of shuffling against the gap."""
+    kind = "virtual workers"
+    for partition in partitions:
+        for workers in workers_each:
+            curves, bands = {}, {}
+            for strategy in strategies:
+                cell = runs_dir(out, partitions[0], partition, workers, strategy)
+                curves[label(strategy)], bands[label(strategy)] = epoch_bands(cell, strategy, seeds)
+            plot_curves(curves, "validation top-1 (%)", figures / f"accuracy_{partition}_M{workers}.png",
+                        title=f"{partition}, M = {workers} {kind}: mean, 95 % band, {seeds} seeds",
+                        bands=bands)
+        scaling, scaling_bands = {}, {}
+        for strategy in strategies:
+            mine = [r for r in result["rows"] if r["partition"] == partition and strategy_of(r) == strategy]
+            scaling[label(strategy)] = {r["workers"]: r["top1_mean"] for r in mine}
+            scaling_bands[label(strategy)] = {r["workers"]: tuple(r["ci95"]) for r in mine}
+        plot_curves(scaling, "final validation top-1 (%)", figures / f"accuracy_vs_workers_{partition}.png",
+                    xlabel=f"workers M ({kind})", log_x=True, bands=scaling_bands,
+                    title=f"{partition} partition: final accuracy against workers (95 % intervals)")
+        recovery, recovery_bands = {}, {}
+        for workers in workers_each:
+            mine = [r for r in result["rows"] if (r["partition"], r["workers"]) == (partition, workers)]
+            axis = [r for r in mine if r["strategy"] != with_role("reference").name]
+            recovery[f"M={workers}"] = {r["q"]: r["top1_mean"] for r in axis}
+            recovery_bands[f"M={workers}"] = {r["q"]: tuple(r["ci95"]) for r in axis}
+            reference = next((r for r in mine if r["strategy"] == with_role("reference").name), None)
+            if reference and axis:
+                span = [min(r["q"] for r in axis), max(r["q"] for r in axis)]
+                recovery[f"global, M={workers}"] = {q: reference["top1_mean"] for q in span}
+                recovery_bands[f"global, M={workers}"] = {q: tuple(reference["ci95"]) for q in span}
+        plot_curves(recovery, "final validation top-1 (%)", figures / f"q_recovery_{partition}.png",
+                    xlabel="exchange fraction q (0: local shuffling)",
+                    title=f"{partition} partition: what q wins back (95 % intervals)", bands=recovery_bands)
+    found = points(rows)
+    for measure, name, xlabel in (("label_skew", "quality_vs_gap.png", "final label skew (same-class excess, 0 = global)"),
+                                  ("mixing", "mixing_vs_gap.png", "final shuffle quality (mixing, 1 = global)")):
+        found_pairs = quality_vs_gap(rows, found, measure)
+        if not found_pairs:
+            continue
+        corr = result["quality_vs_gap"] if measure == "mixing" else result["quality_vs_gap"][measure]
+        groups = {p: [(x, y) for x, y, part in found_pairs if part == p] for p in partitions}
+        plot_scatter(groups, xlabel, "top-1 minus global's mean (points)", figures / name,
+                     title=f"{measure} vs gap to global: Pearson r = {corr['pearson_r']}, {len(found_pairs)} runs")
+
+
+def prediction_lines(result: dict) -> str:
+    """Per cell, q from the plan alone (tune-q --predict) beside q from training."""
+    lines = [f"q without training (tune-q --predict, label skew at the last epoch within {SKEW_TOLERANCE} of "
+             "global's) against the trained answer (the smallest q whose 95 % interval reaches global's)"]
+    for cell in result["cells"]:
+        predicted, trained = (("none" if q is None else f"{q:g}")
+                              for q in (cell["predicted_q"], cell["smallest_q_reaching_global"]))
+        lines.append(f"{cell['partition']} M={cell['workers']}: predicted q={predicted}, trained q={trained}")
+    return "\n".join(lines)

@@ -1,0 +1,141 @@
+"""The accuracy study's runs (experiments/accuracy_study.py): where each (partition, M, strategy) cell's
+seeds lie, training a cell's missing seeds as one Hydra multirun (complete seeds are reused), and each
+run's plan replayed from its config: its training labels, its label skew per epoch, and the q that
+`hpcshuffle tune-q --predict` would choose for it."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+import yaml
+
+from hpcshuffle.analysis.labels import balanced_labels, plan_quality, predict_q
+from hpcshuffle.formats import digits, get_format
+from hpcshuffle.plan import PlanSpec, get_strategy
+from hpcshuffle.studies.runs import REPO, records, strategy_overrides
+
+
+def label(strategy: str) -> str:
+    """A strategy as the figures name it: partial-0.1 as `partial q=0.1`."""
+    return strategy.replace("partial-", "partial q=")
+
+
+def strategy_of(row: dict) -> str:
+    """A study row's strategy as the command line names it (partial-<q>)."""
+    return f"partial-{row['q']:g}" if row["strategy"] == "partial" else row["strategy"]
+
+
+def cell_dir(out: Path, partition: str, workers: int, strategy: str) -> Path:
+    """The directory of a cell's runs, one `seed<N>` under it per seed."""
+    return out / partition / f"M{workers}" / strategy
+
+
+def has_partition(strategy: str) -> bool:
+    """Whether a strategy's plan reads storage.partition; one that reads shared storage (global) has no
+    partition, so the study trains its runs once, under the first partition, for every partition's cell."""
+    return get_strategy(strategy.split("-")[0]).node_scope
+
+
+def runs_dir(out: Path, first: str, partition: str, workers: int, strategy: str) -> Path:
+    """Where the runs of a cell lie: its own directory, or the first partition's where the strategy has none."""
+    return cell_dir(out, partition if has_partition(strategy) else first, workers, strategy)
+
+
+def missing_seeds(cell: Path, seeds: int, epochs: int) -> list[int]:
+    """The seeds of a cell still to train; a seed's run cut short is removed, to be trained again."""
+    missing = []
+    for seed in range(seeds):
+        run = cell / f"seed{seed}"
+        if len(records(run)) >= epochs:
+            continue
+        if run.exists():
+            shutil.rmtree(run)
+        missing.append(seed)
+    return missing
+
+
+def run_cell(out: Path, partition: str, workers: int, strategy: str, seeds: int, epochs: int,
+             overrides: list[str]) -> str:
+    """Train a cell's missing seeds as one Hydra multirun; returns a line saying what happened."""
+    cell = cell_dir(out, partition, workers, strategy)
+    todo = missing_seeds(cell, seeds, epochs)
+    if not todo:
+        return f"  {cell}: {seeds} seeds complete, reused"
+    command = [
+        sys.executable, "-m", "hpcshuffle.train", "-m", *overrides, *strategy_overrides(strategy),
+        f"storage.partition={partition}", f"shuffle.virtual_workers={workers}", "storage.scope=rank",
+        f"epochs={epochs}", f"seed={','.join(map(str, todo))}", f"hydra.sweep.dir={cell}",
+        "hydra.sweep.subdir=seed${seed}", "checkpoint.every_epochs=0", "progress=false",
+    ]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise RuntimeError(f"the multirun of {cell} failed (exit {result.returncode}):\n"
+                           f"{result.stdout[-2000:]}{result.stderr[-3000:]}")
+    return f"  {cell}: seeds {todo} trained in {time.perf_counter() - start:.0f} s"
+
+
+def training_labels(dataset: dict, samples: int):
+    """The training labels in listing order of a run's dataset, from its config alone where it can (no
+    image read): the synthetic ImageFolder lists its C balanced classes class by class, digits' split is
+    a function of its seed; any other dataset is listed."""
+    spec = dataset["synthesize"]
+    if dataset["format"] == "digits":
+        labels = digits.train_labels(spec["val_fraction"], spec["seed"])
+    elif dataset["format"] == "imagefolder" and spec:
+        labels = balanced_labels(samples, spec["classes"])
+    else:
+        dataset_format = get_format(dataset["format"])
+        labels = dataset_format.scan(Path(dataset["root"]), dataset_format.splits[0]).labels
+    if len(labels) != samples:
+        raise RuntimeError(f"{dataset['root']}: the run trained on {samples} samples but its config lists {len(labels)}")
+    return labels
+
+
+def run_plan(run_dir: Path) -> tuple[PlanSpec, str, int, object]:
+    """(the run's plan spec, its strategy, its epochs, its training labels): a plan is a pure function of
+    the run's config."""
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    run = records(run_dir)
+    first = run[0]
+    labels = training_labels(config["dataset"], first["num_samples"])
+    spec = PlanSpec(first["num_samples"], first["workers"], first["batch_size"], first["q"], config["seed"],
+                    first["ranks_per_node"], first["partition"], first["shard_samples"], first["shuffle_buffer"])
+    return spec, first["shuffle"], len(run), labels
+
+
+def replayed_label_skew(run_dir: Path) -> list[float]:
+    """The label skew (mixing.labels.excess) of each epoch of a run, replayed from its plan, so runs
+    trained before label skew was recorded get it too."""
+    spec, shuffle, epochs, labels = run_plan(run_dir)
+    return [epoch["mixing"]["labels"]["excess"] for epoch in plan_quality(spec, shuffle, epochs, labels)]
+
+
+def predicted_q(out: Path, first: str, cell: dict, strategies: list[str], tolerance: float) -> dict:
+    """`hpcshuffle tune-q --predict` for one (partition, workers) of the study, from the plan of its first
+    run (seed 0's), with the study's candidate q: the answer to hold against the trained one."""
+    run = runs_dir(out, first, cell["partition"], cell["workers"], strategies[0]) / "seed0"
+    spec, _, epochs, labels = run_plan(run)
+    candidates = [0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
+                  if s == "local" or s.startswith("partial-")]
+    return predict_q(replace(spec, seed=0, partition=cell["partition"]), epochs, labels, candidates, tolerance)
+
+
+def with_label_skew(rows: list[dict], run_dirs: list[Path]) -> list[dict]:
+    """`rows` (collect's, in `run_dirs` order) with each run's final label skew and its mean over the
+    first quarter of the epochs, replayed from the plan; a run that recorded it must agree."""
+    for row, run_dir in zip(rows, run_dirs):
+        skew = replayed_label_skew(run_dir)
+        if row.get("label_skew") is not None and abs(row["label_skew"] - skew[-1]) > 1e-6:
+            raise RuntimeError(f"{run_dir}: recorded label skew {row['label_skew']} but its plan gives {skew[-1]}")
+        row["label_skew"] = skew[-1]
+        row["label_skew_early"] = round(statistics.fmean(skew[: max(1, len(skew) // 4)]), 6)
+    return rows
