@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-from dataclasses import dataclass
+import typing
+from dataclasses import MISSING, field, fields, make_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -19,46 +20,23 @@ import yaml
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from hpcshuffle.scale.platform import (
-    Allreduce,
-    Dataset,
-    Exchange,
-    Loader,
-    LocalStore,
-    Model,
-    Network,
-    Platform,
-    PlatformError,
-    SharedStorage,
-)
+from hpcshuffle.scale.platform import Platform, PlatformError
 
 PLATFORM_DIR = Path(__file__).resolve().parents[2] / "conf" / "platform"
 DOCUMENTED = "conf/platform/abci.yaml documents each"
 RECORD = ("calibration", "ranges")  # kept as written, in Platform.extra; never typed
 
 
-@dataclass
-class PlatformFile:
-    """The keys of a platform file: `Platform`'s own, and the record's `calibration:` notes and
-    `ranges:` (each knob's sourced low/high, read by `scale --sensitivity`)."""
+def _file_keys() -> type:
+    """The keys of a platform file as a dataclass (OmegaConf's schema): `Platform`'s fields less what
+    loading adds (`source`, `extra`), plus the record's `calibration:` notes and `ranges:`."""
+    types = typing.get_type_hints(Platform)
+    keys = [(f.name, types[f.name], field() if f.default is MISSING else field(default=f.default))
+            for f in fields(Platform) if f.name not in ("source", "extra")]
+    return make_dataclass("PlatformFile", keys + [(key, Optional[Any], field(default=None)) for key in RECORD])
 
-    name: str
-    nodes: int
-    ranks_per_node: int
-    cpu_cores_per_node: int
-    accelerators_per_node: int
-    network: Network
-    local: LocalStore
-    shared: SharedStorage
-    loader: Loader
-    allreduce: Allreduce
-    exchange: Exchange
-    models: dict[str, Model]
-    datasets: dict[str, Dataset]
-    description: str = ""
-    machine_cores: int = 0
-    calibration: Optional[Any] = None
-    ranges: Optional[Any] = None
+
+PlatformFile = _file_keys()
 
 
 def platform_path(name_or_path: str) -> Path:
