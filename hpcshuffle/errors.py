@@ -28,3 +28,16 @@ class PeerLost(RuntimeError):
     def __init__(self, message: str, *, reporter: bool = True) -> None:
         super().__init__(f"{message}; {self.FIX}")
         self.reporter = reporter
+
+
+def at_least(name: str, value: float, minimum: float = 1, note: str = "", *, error: type[ValueError] = ValueError) -> None:
+    """Fail unless `value` >= `minimum` (NaN fails too), as `error`("<name> must be >= <minimum>
+    [<note>], got <value>"); `note` gives the unit or what the bound means, e.g. "(0: off)"."""
+    if not value >= minimum:
+        raise error(f"{name} must be >= {minimum}{' ' + note if note else ''}, got {value}")
+
+
+def positive(name: str, value: float, note: str = "", *, error: type[ValueError] = ValueError) -> None:
+    """Fail unless `value` > 0 (NaN fails too), as `error`("<name> must be > 0 [<note>], got <value>")."""
+    if not value > 0:
+        raise error(f"{name} must be > 0{' ' + note if note else ''}, got {value}")

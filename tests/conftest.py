@@ -6,13 +6,14 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
+from hpcshuffle.storage.shared_io import shared_volume
 
 REPO = Path(__file__).resolve().parents[1]
 # 211 is prime: no worker count divides it, so partitions always differ in size
@@ -169,36 +170,19 @@ def shared_fs_script(action: str, timeout_s: float) -> subprocess.CompletedProce
     return subprocess.run([*SHARED_FS, action], check=False, cwd=REPO, capture_output=True, text=True, timeout=timeout_s)
 
 
-def mounted_shared_fs() -> Path | None:
-    """The mount `shared_fs.sh status` reports, or None when the volume is not mounted (or not answering)."""
-    try:
-        result = shared_fs_script("status", timeout_s=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return Path(result.stdout.strip()) if result.returncode == 0 else None
-
-
 @pytest.fixture(scope="session")
-def shared_fs() -> Path:
+def shared_fs() -> Iterator[Path]:
     """The GlusterFS volume mounted here, or one started (and stopped at the session's end) for the
-    tests. Starting needs root, as CI has, and there a volume that does not come up fails the tests;
-    without root and without a mounted volume (`make test` on a workstation) they skip, saying what
-    they need. A volume already mounted when the session began is left mounted."""
-    started = False
-    mount = mounted_shared_fs()
-    if mount is None:
-        if os.geteuid() != 0:
+    tests: the package's `shared_volume`. Starting needs root, as CI has, and there a volume that does
+    not come up fails the tests; without root and without a mounted volume (`make test` on a
+    workstation) they skip, saying what they need. A volume already mounted when the session began is
+    left mounted."""
+    with shared_volume() as (mount, how):
+        if mount is None and os.geteuid() != 0:
             pytest.skip(f"the gluster tests need the GlusterFS volume mounted (scripts/shared_fs.sh status fails) "
-                        f"or root to start it with scripts/shared_fs.sh start (running as uid {os.geteuid()})")
-        result = shared_fs_script("start", timeout_s=600)
-        assert result.returncode == 0, f"could not start the shared file system:\n{result.stdout}\n{result.stderr}"
-        lines = result.stdout.splitlines()
-        assert len(lines) == 1, f"shared_fs.sh start printed {lines!r}, not one line (the mount path)"
-        mount = Path(lines[0])
-        started = True
-    yield mount
-    if started:
-        subprocess.run([*SHARED_FS, "stop"], check=False, cwd=REPO, capture_output=True, timeout=120)
+                        f"or root to start it with scripts/shared_fs.sh start: {how}")
+        assert mount is not None, f"could not start the shared file system: {how}"
+        yield mount
 
 
 def cli_error(capsys, *argv: str) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.plan.balance import balance
 
 # N = 256·p·b: sampling without replacement within an epoch then shrinks the per-node count
@@ -46,8 +47,7 @@ def check_shape(batch_size: int, num_nodes: int, num_steps: int, batches_per_epo
         ("number of steps", num_steps),
         ("global batches per epoch", batches_per_epoch),
     ):
-        if value < 1:
-            raise ValueError(f"{name} must be >= 1, got {value}")
+        at_least(name, value)
     num_samples = dataset_size(batch_size, num_nodes, batches_per_epoch)
     if num_samples > MAX_SAMPLES:
         raise ValueError(
@@ -88,8 +88,7 @@ def batch_counts(
         int64 array (num_steps, num_nodes); every row sums to p·b.
     """
     check_shape(batch_size, num_nodes, num_steps, batches_per_epoch)
-    if seed < 0:
-        raise ValueError(f"seed must be >= 0, got {seed}")
+    at_least("seed", seed, 0)
     num_samples = dataset_size(batch_size, num_nodes, batches_per_epoch)
     node_of = cache_directory(num_samples, num_nodes, seed, batch_size)
     global_batch = num_nodes * batch_size

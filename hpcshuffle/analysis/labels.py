@@ -32,6 +32,7 @@ from dataclasses import replace
 import numpy as np
 
 from hpcshuffle.analysis.quality import PairMixing
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats import get_format
 from hpcshuffle.plan import PlanSpec, plan_epochs
 
@@ -85,10 +86,8 @@ class LabelSkew:
         if labels.ndim != 1 or labels.size < 2 or labels.dtype.kind not in "iu":
             raise ValueError(f"labels must be a 1-D integer array of at least 2 samples, got {labels.shape} "
                              f"{labels.dtype}")
-        if labels.min() < 0:
-            raise ValueError(f"labels must be >= 0, got {int(labels.min())}")
-        if batch_size < 1:
-            raise ValueError(f"the batch size must be >= 1, got {batch_size}")
+        at_least("labels", int(labels.min()), 0)
+        at_least("the batch size", batch_size)
         self.labels = labels.astype(np.int64)
         self.batch_size = batch_size
         self.num_classes = int(self.labels.max()) + 1
@@ -175,8 +174,7 @@ def predict_q(spec: PlanSpec, epochs: int, labels: np.ndarray, candidates: Seque
     epoch = epochs - 1 if by_epoch is None else by_epoch
     if not 0 <= epoch < epochs:
         raise ValueError(f"--by-epoch {by_epoch} is not one of the planned epochs 0..{epochs - 1}")
-    if tolerance < 0:
-        raise ValueError(f"the skew tolerance must be >= 0, got {tolerance}")
+    at_least("the skew tolerance", tolerance, 0)
 
     def skew_at(shuffle: str, q: float) -> float:
         rows = plan_quality(replace(spec, q=q), shuffle, epoch + 1, labels)

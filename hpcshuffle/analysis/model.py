@@ -15,6 +15,7 @@ import math
 from dataclasses import asdict, dataclass
 
 from hpcshuffle.analysis.imbalance import median_imbalance_pct
+from hpcshuffle.errors import at_least
 
 METHODS = ("regular", "cache", "locality")
 
@@ -59,8 +60,7 @@ class ModelParams:
     balance_fraction: float | None = None
 
     def __post_init__(self) -> None:
-        if self.num_samples < 1:
-            raise ValueError(f"dataset size D must be >= 1 sample, got {self.num_samples}")
+        at_least("dataset size D", self.num_samples, 1, "sample")
         for field_name, label in RATES.items():
             rate = getattr(self, field_name)
             if rate is not None and not (rate > 0 and math.isfinite(rate)):
@@ -93,8 +93,7 @@ IMAGENET_PFS = ModelParams(
 
 def check_nodes(num_nodes: int) -> None:
     """ValueError unless p, the number of nodes, is at least 1."""
-    if num_nodes < 1:
-        raise ValueError(f"number of nodes p must be >= 1, got {num_nodes}")
+    at_least("number of nodes p", num_nodes)
 
 
 def training_time_s(params: ModelParams, num_nodes: int) -> float:
@@ -218,8 +217,7 @@ def predict(params: ModelParams, node_counts: list[int], batch_size: int = 32, s
     """
     for num_nodes in node_counts:
         check_nodes(num_nodes)
-    if batch_size < 1:
-        raise ValueError(f"local batch size b must be >= 1, got {batch_size}")
+    at_least("local batch size b", batch_size)
     predictions = []
     for num_nodes in node_counts:
         training_s = training_time_s(params, num_nodes)

@@ -28,6 +28,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from hpcshuffle.errors import at_least
+
 DEFAULT_PAIRS = 100_000  # stderr of C at most 0.0016: quality to ~±0.5 % once C_GS ≳ 0.3
 
 
@@ -74,12 +76,9 @@ class PairMixing:
     def __init__(self, num_samples: int, num_ranks: int, pairs: int = DEFAULT_PAIRS, seed: int = 0) -> None:
         if num_samples < 2:
             raise ValueError(f"pair mixing needs at least 2 samples, got num_samples = {num_samples}")
-        if num_ranks < 1:
-            raise ValueError(f"workers must be >= 1, got num_ranks = {num_ranks}")
-        if pairs < 1:
-            raise ValueError(f"the pair budget must be >= 1, got pairs = {pairs}")
-        if seed < 0:
-            raise ValueError(f"seed must be >= 0, got {seed}")
+        at_least("workers", num_ranks)
+        at_least("the pair budget", pairs)
+        at_least("seed", seed, 0)
         self.num_samples = num_samples
         self.num_ranks = num_ranks
         self.exact = pair_count(num_samples) <= pairs

@@ -14,6 +14,7 @@ import statistics
 from dataclasses import dataclass, field
 
 from hpcshuffle.analysis.intervals import interval95, reaches
+from hpcshuffle.errors import at_least
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
 
 REFERENCES = ("auto", "global", "best")  # "global": the table's reference strategy, as the CLI spells it
@@ -223,8 +224,7 @@ def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_
     Returns:
         TuneResult: one GroupResult per group, sorted by model, dataset and workers, and the runs left out.
     """
-    if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0 (points of the validation score), got {tolerance}")
+    at_least("tolerance", tolerance, 0, "(points of the validation score)")
     if reference not in REFERENCES:
         raise ValueError(f"reference must be one of {', '.join(REFERENCES)}, got {reference!r}")
     skipped, groups = [], {}

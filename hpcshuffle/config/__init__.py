@@ -26,10 +26,9 @@ from hpcshuffle.config.groups import (
     ShuffleConfig,
     StorageConfig,
     WorldConfig,
-    at_least,
 )
 from hpcshuffle.config.optim import OptimConfig
-from hpcshuffle.errors import ConfigError
+from hpcshuffle.errors import ConfigError, at_least
 from hpcshuffle.plan import HOME_SHARED, STRATEGIES, Strategy
 
 PRECISIONS = ("fp32", "bf16")
@@ -85,7 +84,8 @@ class RunConfig:
     progress: bool = False
 
     def __post_init__(self) -> None:
-        at_least("", epochs=self.epochs, batch_size=self.batch_size, threads=self.threads)
+        for name in ("epochs", "batch_size", "threads"):
+            at_least(name, getattr(self, name), error=ConfigError)
         if self.device not in ("cpu", "cuda"):
             raise ConfigError(f"device must be 'cpu' or 'cuda', got {self.device!r}")
         if self.precision not in PRECISIONS:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional
 
-from hpcshuffle.errors import ConfigError
+from hpcshuffle.errors import ConfigError, at_least, positive
 from hpcshuffle.formats.codec import DatasetOptions
 from hpcshuffle.plan import PARTITIONS, STRATEGIES, Strategy, get_strategy
 
@@ -23,13 +23,6 @@ UNCACHED, CACHED = "uncached", "cached"
 SHARED_READS = (UNCACHED, CACHED)
 # the planned caches of shared reads (storage/cache.py: POLICIES, one class per name)
 CACHE_POLICIES = ("lru", "nopfs", "reuse_count", "reuse_distance")
-
-
-def at_least(prefix: str, **values: int | float) -> None:
-    """Fail naming `<prefix><name>` (e.g. "storage." + "threads") for the first value below 1."""
-    for name, value in values.items():
-        if value < 1:
-            raise ConfigError(f"{prefix}{name} must be >= 1, got {value}")
 
 
 @dataclass
@@ -59,8 +52,7 @@ class ShuffleConfig:
             raise ConfigError(f"shuffle must be one of {sorted(STRATEGIES)}, got {self.name!r}")
         if self.unit not in UNITS:
             raise ConfigError(f"shuffle.unit must be one of {UNITS}, got {self.unit!r}")
-        if self.buffer < 0:
-            raise ConfigError(f"shuffle.buffer must be >= 0 samples (0: a full shuffle), got {self.buffer}")
+        at_least("shuffle.buffer", self.buffer, 0, "samples (0: a full shuffle)", error=ConfigError)
         if (self.unit == "shard" or self.buffer) and not self.strategy.local_order:
             raise ConfigError(
                 f"shuffle.unit=shard and shuffle.buffer shape the partition and the order a node reads its "
@@ -72,13 +64,9 @@ class ShuffleConfig:
             get_strategy(self.name).q_for(self.q)
         except ValueError as err:
             raise ConfigError(str(err)) from None
-        if self.ahead < 1:
-            raise ConfigError(f"shuffle.ahead must be >= 1 (steps a loan is sent early), got {self.ahead}")
-        if self.virtual_workers < 0 or self.virtual_chunk < 0:
-            raise ConfigError(
-                f"shuffle.virtual_workers and shuffle.virtual_chunk must be >= 0 (0: off), got "
-                f"{self.virtual_workers} and {self.virtual_chunk}"
-            )
+        at_least("shuffle.ahead", self.ahead, 1, "(steps a loan is sent early)", error=ConfigError)
+        at_least("shuffle.virtual_workers", self.virtual_workers, 0, "(0: off)", error=ConfigError)
+        at_least("shuffle.virtual_chunk", self.virtual_chunk, 0, "(0: all of them)", error=ConfigError)
         if self.virtual_chunk and not self.virtual_workers:
             raise ConfigError("shuffle.virtual_chunk only applies with shuffle.virtual_workers=M; set both or neither")
 
@@ -158,11 +146,11 @@ class StorageConfig:
         if self.scope not in SCOPES:
             raise ConfigError(f"storage.scope must be one of {SCOPES}, got {self.scope!r}")
         if self.ranks_per_node is not None:
-            at_least("storage.", ranks_per_node=self.ranks_per_node)
+            at_least("storage.ranks_per_node", self.ranks_per_node, error=ConfigError)
         self.shared_dir = None if self.shared_dir is None else Path(self.shared_dir)
-        at_least("storage.", threads=self.threads)
-        if self.max_gib is not None and self.max_gib <= 0:
-            raise ConfigError(f"storage.max_gib must be > 0 or null, got {self.max_gib:g}")
+        at_least("storage.threads", self.threads, error=ConfigError)
+        if self.max_gib is not None:
+            positive("storage.max_gib", self.max_gib, "or null", error=ConfigError)
         if self.shared_reads not in SHARED_READS:
             raise ConfigError(f"storage.shared_reads must be one of {SHARED_READS}, got {self.shared_reads!r}")
 
@@ -182,13 +170,9 @@ class LoaderConfig:
     on_error: str = "fail"
 
     def __post_init__(self) -> None:
-        if self.workers < 0:
-            raise ConfigError(f"loader.workers must be >= 0, got {self.workers}")
-        if self.io_threads < 1 or self.decode_threads < 0:
-            raise ConfigError(
-                f"loader.io_threads must be >= 1 and loader.decode_threads >= 0, got {self.io_threads} and "
-                f"{self.decode_threads}"
-            )
+        at_least("loader.workers", self.workers, 0, error=ConfigError)
+        at_least("loader.io_threads", self.io_threads, error=ConfigError)
+        at_least("loader.decode_threads", self.decode_threads, 0, error=ConfigError)
         if self.on_error not in ("fail", "skip"):
             raise ConfigError(f"loader.on_error must be 'fail' or 'skip', got {self.on_error!r}")
 
@@ -207,8 +191,8 @@ class CacheConfig:
     def __post_init__(self) -> None:
         if self.policy != "none" and self.policy not in CACHE_POLICIES:
             raise ConfigError(f"cache.policy must be 'none' or one of {sorted(CACHE_POLICIES)}, got {self.policy!r}")
-        if self.policy != "none" and self.samples is not None and self.samples < 1:
-            raise ConfigError(f"cache.samples must be >= 1 or null (a quarter of a rank's reads), got {self.samples}")
+        if self.policy != "none" and self.samples is not None:
+            at_least("cache.samples", self.samples, 1, "or null (a quarter of a rank's reads)", error=ConfigError)
 
     @property
     def enabled(self) -> bool:
@@ -231,8 +215,7 @@ class CheckpointConfig:
                 f"'require' (fail without one), got {self.resume!r}"
             )
         for name in ("every_epochs", "every_steps"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"checkpoint.{name} must be >= 0 (0: off), got {getattr(self, name)}")
+            at_least(f"checkpoint.{name}", getattr(self, name), 0, "(0: off)", error=ConfigError)
 
 
 @dataclass
@@ -258,10 +241,8 @@ class WorldConfig:
     timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
-        if not self.timeout_s > 0:  # NaN too
-            raise ConfigError(
-                f"world.timeout_s must be > 0 seconds (how long a rank waits on a silent peer), got {self.timeout_s}"
-            )
+        positive("world.timeout_s", self.timeout_s, "seconds (how long a rank waits on a silent peer)",
+                 error=ConfigError)
 
 
 @dataclass

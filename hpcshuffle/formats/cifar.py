@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from tqdm import tqdm
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats.catalog import (
     Catalog,
     DatasetError,
@@ -313,8 +314,7 @@ def synthesize(
     if samples < classes:
         raise ValueError(f"--samples ({samples}) must be >= --classes ({classes})")
     val_samples = max(classes, samples // 5) if val_samples is None else val_samples
-    if val_samples < 1:
-        raise ValueError(f"--val-samples must be >= 1, got {val_samples}")
+    at_least("--val-samples", val_samples)
     out = Path(out)
     directory = out / LAYOUT_DIRS[layout]
     directory.mkdir(parents=True, exist_ok=True)

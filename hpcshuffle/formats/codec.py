@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats.catalog import Catalog
 
 if TYPE_CHECKING:
@@ -46,8 +47,8 @@ class DatasetOptions:
     def __post_init__(self) -> None:
         if self.augment not in AUGMENT:
             raise ValueError(f"dataset.augment must be one of {AUGMENT}, got {self.augment!r}")
-        if self.image_size is not None and self.image_size < 8:
-            raise ValueError(f"dataset.image_size must be >= 8 or null, got {self.image_size}")
+        if self.image_size is not None:
+            at_least("dataset.image_size", self.image_size, 8, "or null")
 
 
 class Codec(Protocol):

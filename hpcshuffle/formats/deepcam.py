@@ -18,6 +18,7 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats.catalog import Catalog, DatasetError, find_split
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
 
@@ -229,11 +230,9 @@ def check_spec(samples: int, val_samples: int | None, height: int, width: int) -
             f"--height and --width must be positive multiples of {SIDE_MULTIPLE} (the model "
             f"downsamples by {SIDE_MULTIPLE}), got {height} x {width}"
         )
-    if samples < 1:
-        raise ValueError(f"--samples must be >= 1, got {samples}")
+    at_least("--samples", samples)
     val_samples = max(1, samples // 5) if val_samples is None else val_samples
-    if val_samples < 1:
-        raise ValueError(f"--val-samples must be >= 1, got {val_samples}")
+    at_least("--val-samples", val_samples)
     return val_samples
 
 

@@ -15,6 +15,7 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats import imagefolder
 from hpcshuffle.formats.codec import DatasetFormat
 
@@ -58,8 +59,7 @@ def train_labels(val_fraction: float = 0.2, seed: int = 0) -> np.ndarray:
 
 def synthesize(out: str | Path, *, seed: int, progress: bool, size: int = 32, val_fraction: float = 0.2) -> Path:
     """Write the digits as PNGs under `out/{train,val}/digit_<d>/`; returns `out`."""
-    if size < 8:
-        raise ValueError(f"size must be >= 8 pixels (the digits are 8 × 8), got {size}")
+    at_least("size", size, 8, "pixels (the digits are 8 × 8)")
     images, targets = load()
     out = Path(out)
     train, val = split(targets, val_fraction, seed)

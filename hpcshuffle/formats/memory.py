@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats.catalog import Catalog, DatasetError, SourceFile
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions
 
@@ -76,8 +77,9 @@ def synthesize(out: str | Path, *, seed: int, progress: bool, samples: int, clas
                size: int = 224, val_samples: int | None = None) -> Path:
     """Write the spec (`memory.json`) of an in-memory dataset into `out`; returns `out`. ValueError
     for samples or classes < 1 or size < 8."""
-    if samples < 1 or classes < 1 or size < 8:
-        raise ValueError(f"samples and classes must be >= 1 and size >= 8, got {samples}, {classes}, {size}")
+    at_least("samples", samples)
+    at_least("classes", classes)
+    at_least("size", size, 8)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     spec = {"samples": samples, "val_samples": val_samples if val_samples is not None else max(1, samples // 10),

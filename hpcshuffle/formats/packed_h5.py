@@ -23,6 +23,7 @@ import h5py
 import numpy as np
 from tqdm import tqdm
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats import deepcam
 from hpcshuffle.formats.catalog import DatasetError, ShardedCatalog, find_split
 from hpcshuffle.formats.codec import DatasetFormat
@@ -131,8 +132,7 @@ def synthesize(
         The dataset root, `out`.
     """
     val_samples = deepcam.check_spec(samples, val_samples, height, width)
-    if file_samples < 1:
-        raise ValueError(f"--file-samples must be >= 1, got {file_samples}")
+    at_least("--file-samples", file_samples)
     out = Path(out)
     stats = deepcam.ChannelStats()
     first_ids = {SPLITS[0]: 0, SPLITS[1]: samples}  # sample indices continue across splits, as in synth deepcam

@@ -13,6 +13,8 @@ import numpy as np
 from PIL import Image
 from tqdm import tqdm
 
+from hpcshuffle.errors import at_least
+
 # bump when the images change, so a dataset made by an older generator is not taken for current
 GENERATOR_VERSION = 2
 
@@ -44,13 +46,10 @@ def check_image_spec(num_samples: int, num_classes: int, num_val_samples: int | 
     count (default max(classes, samples/5))."""
     if num_samples < num_classes:
         raise ValueError(f"--samples ({num_samples}) must be >= --classes ({num_classes})")
-    if num_classes < 2:
-        raise ValueError(f"--classes must be >= 2, got {num_classes}")
-    if image_size < 8:
-        raise ValueError(f"--size must be >= 8 pixels, got {image_size}")
+    at_least("--classes", num_classes, 2)
+    at_least("--size", image_size, 8, "pixels")
     num_val_samples = max(num_classes, num_samples // 5) if num_val_samples is None else num_val_samples
-    if num_val_samples < 1:
-        raise ValueError(f"--val-samples must be >= 1, got {num_val_samples}")
+    at_least("--val-samples", num_val_samples)
     return num_val_samples
 
 

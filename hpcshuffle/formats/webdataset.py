@@ -31,6 +31,7 @@ from typing import NamedTuple
 import numpy as np
 from tqdm import tqdm
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.formats import imagefolder
 from hpcshuffle.formats.catalog import DatasetError, ShardedCatalog, find_split
 from hpcshuffle.formats.codec import DatasetFormat
@@ -328,8 +329,7 @@ def synthesize(
         The dataset root, `out`.
     """
     val_samples = check_image_spec(samples, classes, val_samples, size)
-    if shard_samples < 1:
-        raise ValueError(f"--shard-samples must be >= 1, got {shard_samples}")
+    at_least("--shard-samples", shard_samples)
     out = Path(out)
     check_no_shards(out)
     rng = np.random.default_rng(seed)
@@ -372,8 +372,8 @@ def pack(
     if shard_samples is None and shard_bytes is None:
         raise ValueError("give a shard size: --shard-samples or --shard-bytes")
     for flag, limit in (("--shard-samples", shard_samples), ("--shard-bytes", shard_bytes)):
-        if limit is not None and limit < 1:
-            raise ValueError(f"{flag} must be >= 1, got {limit}")
+        if limit is not None:
+            at_least(flag, limit)
     src, out = Path(src), Path(out)
     check_no_shards(out)
     catalogs = {split: imagefolder.scan_split(src, split) for split in SPLITS}

@@ -13,6 +13,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.plan.shards import buffered_order, dealt_ids
 
 # Sub-streams of the per-(seed, epoch) random generator, so that adding a draw in one place
@@ -65,14 +66,12 @@ class PlanSpec:
     shuffle_buffer: int = 0
 
     def __post_init__(self) -> None:
-        if self.shard_samples < 1 or self.shuffle_buffer < 0:
-            raise ValueError(f"samples per shard must be >= 1 and the shuffle buffer >= 0, got {self.shard_samples} "
-                             f"and {self.shuffle_buffer}")
+        at_least("samples per shard", self.shard_samples)
+        at_least("the shuffle buffer", self.shuffle_buffer, 0)
         if self.partition not in PARTITIONS:
             raise ValueError(f"storage.partition must be one of {PARTITIONS}, got {self.partition!r}: random cuts a "
                              "seeded shuffle of the ids, contiguous consecutive id ranges")
-        if self.num_ranks < 1:
-            raise ValueError(f"workers must be >= 1, got {self.num_ranks}")
+        at_least("workers", self.num_ranks)
         if self.ranks_per_node < 1 or self.num_ranks % self.ranks_per_node:
             raise ValueError(
                 f"{self.num_ranks} workers cannot be split into nodes of {self.ranks_per_node} ranks; "
@@ -85,8 +84,7 @@ class PlanSpec:
             )
         if not 0.0 <= self.q <= 1.0:
             raise ValueError(f"q must be in [0, 1], got {self.q}")
-        if self.batch_size < 1:
-            raise ValueError(f"batch size must be >= 1, got {self.batch_size}")
+        at_least("batch size", self.batch_size)
         if self.batch_size > self.min_share:
             raise ValueError(
                 f"batch size {self.batch_size} is larger than a worker's share "

@@ -1,17 +1,22 @@
 """A simulated cluster: `Platform` and its sections (network, node-local store, shared storage, loader,
-allreduce, exchange), each a frozen dataclass whose docstring documents its keys.
+allreduce, exchange), each a dataclass whose docstring documents its keys and whose `__post_init__`
+checks its values' ranges.
 
-Every number of a platform is a plain SI value (bytes, bytes/s, seconds); the shipped files
-(`conf/platform/<name>.yaml`, read and checked by scale/platform_yaml.py) say where each one comes from.
+Every number of a platform is a plain SI value (bytes, bytes/s, seconds), finite and >= 0; the
+shipped files (`conf/platform/<name>.yaml`, read into these classes as OmegaConf structured configs
+by scale/platform_yaml.py) say where each one comes from. The sections are not frozen (OmegaConf
+merges a file into them); `Platform`, built from them, is.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, Optional
 
 import numpy as np
+
+from hpcshuffle.errors import at_least, positive
 
 TOPOLOGIES = ("fat_tree", "star")
 SCHEDULERS = ("hpcshuffle", "kakurenbo")
@@ -21,7 +26,26 @@ class PlatformError(ValueError):
     """A platform file that cannot be simulated; the message names the file, the key and the fix."""
 
 
-@dataclass(frozen=True)
+def check_numbers(section: Any, capacities: tuple[str, ...] = (),
+                  largest: dict[str, tuple[float, str]] | None = None) -> None:
+    """Every number of `section` finite and >= 0; each of `capacities` > 0 (the simulation divides by
+    it or waits on it: 0 would divide by zero or deadlock SimGrid); each of `largest` at most its
+    (bound, reason). Errors start with the field's name: the loader puts the key's section before it."""
+    largest = largest or {}
+    for f in fields(section):
+        value = getattr(section, f.name)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            continue
+        if not math.isfinite(value):
+            raise PlatformError(f"{f.name} must be a finite number, got {value!r}")
+        at_least(f.name, value, 0, error=PlatformError)
+        if f.name in capacities:
+            positive(f.name, value, "(a capacity of 0 never finishes)", error=PlatformError)
+        if f.name in largest and value > largest[f.name][0]:
+            raise PlatformError(f"{f.name} must be <= {largest[f.name][0]} ({largest[f.name][1]}), got {value}")
+
+
+@dataclass
 class Network:
     """How nodes reach each other (and the shared file system's servers).
 
@@ -39,6 +63,13 @@ class Network:
     intra_node_latency: float
     fat_tree: str = ""
 
+    def __post_init__(self) -> None:
+        check_numbers(self, capacities=("link_bandwidth", "intra_node_bandwidth"))
+        if self.topology not in TOPOLOGIES:
+            raise PlatformError(f"topology {self.topology!r} is not one of {list(TOPOLOGIES)}")
+        if self.topology == "fat_tree":
+            check_fat_tree(self.fat_tree)
+
     def leaves(self) -> int:
         """How many nodes the topology can hold: the product of the fat tree's down counts."""
         if self.topology == "star":
@@ -46,7 +77,22 @@ class Network:
         return math.prod(int(count) for count in self.fat_tree.split(";")[1].split(","))
 
 
-@dataclass(frozen=True)
+def check_fat_tree(description: str) -> None:
+    """Refuse what is not SimGrid's fat-tree description "levels;down;up;link_counts"."""
+    parts = description.split(";")
+    try:
+        levels = int(parts[0])
+        counts = [[int(c) for c in part.split(",")] for part in parts[1:]]
+    except (ValueError, IndexError):
+        counts, levels = [], -1
+    if len(parts) != 4 or levels < 1 or any(len(c) != levels or min(c) < 1 for c in counts):
+        raise PlatformError(
+            f"fat_tree {description!r} is not SimGrid's 'levels;down;up;link_counts' "
+            "(e.g. '2;32,16;1,16;2,1': each list has one count per level, all >= 1)"
+        )
+
+
+@dataclass
 class LocalStore:
     """The node-local store (SSD, tmpfs), one per node, shared by the node's ranks."""
 
@@ -54,20 +100,41 @@ class LocalStore:
     write_bandwidth: float
     file_latency: float  # s a reader waits per file (open + first byte), beyond bandwidth
 
+    def __post_init__(self) -> None:
+        check_numbers(self, capacities=("read_bandwidth", "write_bandwidth"))
 
-DISTRIBUTIONS = ("fixed", "lognormal", "pareto")
+
+# each distribution's parameters besides `mean`
+DISTRIBUTIONS = {"fixed": (), "lognormal": ("cv",), "pareto": ("shape",)}
 
 
-@dataclass(frozen=True)
+@dataclass
 class Distribution:
     """Seconds (or a factor) drawn at random: `fixed` (always `mean`), `lognormal` (`mean`, and `cv` =
     standard deviation / mean) or `pareto` (`mean`, and `shape` α > 1: the smaller α, the heavier the
-    tail; its smallest value is mean·(α−1)/α)."""
+    tail; its smallest value is mean·(α−1)/α). A distribution takes exactly its own parameters; one
+    it does not take is left out (None, or 0 as it then reads)."""
 
     dist: str
     mean: float
-    cv: float = 0.0
-    shape: float = 0.0
+    cv: Optional[float] = None
+    shape: Optional[float] = None
+
+    def __post_init__(self) -> None:
+        example = "e.g. {dist: lognormal, mean: 8.3e-3, cv: 0.4}"
+        if self.dist not in DISTRIBUTIONS:
+            raise PlatformError(f"dist {self.dist!r} is not one of {list(DISTRIBUTIONS)}")
+        params = DISTRIBUTIONS[self.dist]
+        takes = f"a {self.dist} distribution takes exactly {sorted(('mean', *params))} ({example})"
+        for name in ("cv", "shape"):
+            if name in params and getattr(self, name) is None:
+                raise PlatformError(f"{name} is missing: {takes}")
+            if name not in params and getattr(self, name):
+                raise PlatformError(f"{name} is not a parameter here: {takes}")
+        self.cv, self.shape = self.cv or 0.0, self.shape or 0.0
+        check_numbers(self)
+        if self.dist == "pareto" and self.shape <= 1:
+            raise PlatformError(f"shape must be > 1 (a Pareto tail of shape <= 1 has no mean), got {self.shape}")
 
     def sample(self, rng, size: int):
         """`size` draws from numpy Generator `rng` (a float64 array)."""
@@ -88,7 +155,7 @@ class Distribution:
         return math.inf if self.shape <= 2 else 1.0 / (self.shape * (self.shape - 2))
 
 
-@dataclass(frozen=True)
+@dataclass
 class SharedStorage:
     """The shared (parallel) file system every rank reads in global shuffling (scale/storage.py).
 
@@ -112,11 +179,15 @@ class SharedStorage:
     service: Distribution
     file_latency: float
     client_cpu_per_file: float
-    client_spread: Distribution = Distribution("fixed", 1.0)
+    client_spread: Distribution = field(default_factory=lambda: Distribution("fixed", 1.0))
     background_load: float = 0.0
 
+    def __post_init__(self) -> None:
+        check_numbers(self, capacities=("read_bandwidth", "servers", "metadata_rate"),
+                      largest={"background_load": (0.99, "at 1 the servers would never serve this job")})
 
-@dataclass(frozen=True)
+
+@dataclass
 class Loader:
     """The data loader of a rank: `workers` files in flight, `prefetch` batches read ahead (0: in the
     loop), `cpu_per_file` core-seconds of the node's CPU per file (decode, augment, copy)."""
@@ -125,11 +196,14 @@ class Loader:
     prefetch: int
     cpu_per_file: float
 
+    def __post_init__(self) -> None:
+        check_numbers(self, capacities=("workers",))
+
 
 BACKWARD_SHARE = 2 / 3  # of FW+BW: backward costs about twice the forward's FLOPs (its two GEMMs per layer)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Allreduce:
     """α–β model of the gradient allreduce: 2(M−1)·α + 2(M−1)/M · bytes / bandwidth (ring), run in
     buckets of `bucket_bytes` as DDP does. `overlap`: the share of its speed a bucket's allreduce keeps
@@ -140,6 +214,10 @@ class Allreduce:
     bandwidth: float
     overlap: float = 0.0
     bucket_bytes: float = 2.5e7  # DDP's bucket_cap_mb default, 25 MB
+
+    def __post_init__(self) -> None:
+        check_numbers(self, capacities=("bandwidth", "bucket_bytes"),
+                      largest={"overlap": (1.0, "1: the allreduce keeps its full speed during backward")})
 
     def seconds(self, ranks: int, gradient_bytes: float) -> float:
         """The whole allreduce of `gradient_bytes` over `ranks` ranks, in seconds; 0 for one rank."""
@@ -169,7 +247,7 @@ class Allreduce:
         return max(0.0, clock - backward_s)
 
 
-@dataclass(frozen=True)
+@dataclass
 class Exchange:
     """How PLS moves samples (scale/slots.py for the second scheduler).
 
@@ -191,23 +269,34 @@ class Exchange:
     scheduler: str = "hpcshuffle"
     slot_cpu: float = 0.0
     slot_bytes: float = 0.0
-    noise: Distribution = Distribution("fixed", 0.0)
+    noise: Distribution = field(default_factory=lambda: Distribution("fixed", 0.0))
+
+    def __post_init__(self) -> None:
+        check_numbers(self)
+        if self.scheduler not in SCHEDULERS:
+            raise PlatformError(f"scheduler {self.scheduler!r} is not one of {list(SCHEDULERS)}")
 
 
-@dataclass(frozen=True)
+@dataclass
 class Model:
     """One network on this platform's accelerator: FW+BW seconds per sample, gradient bytes allreduced."""
 
     fwbw_per_sample: float
     gradient_bytes: float
 
+    def __post_init__(self) -> None:
+        check_numbers(self)
 
-@dataclass(frozen=True)
+
+@dataclass
 class Dataset:
     """One dataset on this platform: N samples of `sample_bytes` bytes each (the mean)."""
 
     samples: int
     sample_bytes: float
+
+    def __post_init__(self) -> None:
+        check_numbers(self)
 
 
 @dataclass(frozen=True)
@@ -234,6 +323,16 @@ class Platform:
     # sourced low/high, read by `scale --sensitivity`) and `raw` (the mapping this was built from)
     extra: dict[str, Any] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        for name in ("nodes", "ranks_per_node", "cpu_cores_per_node"):
+            at_least(name, getattr(self, name), error=PlatformError)
+        at_least("accelerators_per_node", self.accelerators_per_node, 0, "(0: FW+BW on the CPU cores)",
+                 error=PlatformError)
+        at_least("machine_cores", self.machine_cores, 0, "(0: each node has its own cores)", error=PlatformError)
+        for table in ("models", "datasets"):
+            if not getattr(self, table):
+                raise PlatformError(f"{table}: needs at least one named entry, got {getattr(self, table)!r}")
+
     def nodes_for(self, workers: int) -> int:
         """Nodes a run of `workers` ranks occupies (ranks fill nodes in order)."""
         self.check_workers(workers)
@@ -241,8 +340,7 @@ class Platform:
 
     def check_workers(self, workers: int) -> None:
         """PlatformError unless `workers` ranks (at least 1) fit the platform's nodes and its network's leaves."""
-        if workers < 1:
-            raise PlatformError(f"workers must be >= 1, got {workers}")
+        at_least("workers", workers, error=PlatformError)
         capacity = min(self.nodes, self.network.leaves()) * self.ranks_per_node
         if workers > capacity:
             raise PlatformError(

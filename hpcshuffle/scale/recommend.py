@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.plan import with_role
 from hpcshuffle.scale.engine import simulate
 from hpcshuffle.scale.platform import Platform
@@ -40,8 +41,7 @@ def simulate_each(runs: list[tuple[str, Platform, Scenario]], progress: Callable
 def affordable_q(results: list[Result], tolerance: float) -> dict[tuple[int, str], tuple[float | None, float]]:
     """Per (worker count, scope): (the largest q with epoch ≤ (1 + tolerance) × LS's epoch in that
     scope, or None; LS's epoch)."""
-    if tolerance < 0:
-        raise ValueError(f"tolerance must be >= 0 (a fraction of LS's epoch, e.g. 0.1), got {tolerance}")
+    at_least("tolerance", tolerance, 0, "(a fraction of LS's epoch, e.g. 0.1)")
     baseline = with_role("baseline").name
     answer: dict[tuple[int, str], tuple[float | None, float]] = {}
     for workers, scope in sorted({(r.workers, r.scope) for r in results}):

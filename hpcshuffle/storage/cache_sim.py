@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from hpcshuffle.errors import at_least
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage.cache import NO_EVICTION, Future, as_trace, get_policy
 
@@ -174,8 +175,7 @@ def rank_trace(
     """
     if not 0 <= rank < spec.num_ranks:
         raise ValueError(f"rank must be in [0, {spec.num_ranks}), got {rank}")
-    if epochs < 0:
-        raise ValueError(f"epochs must be >= 0, got {epochs}")
+    at_least("epochs", epochs, 0)
     plans = plan_epochs(spec, shuffle, epochs, start_epoch)
     orders = [np.asarray(plan.order[rank], dtype=np.int64) for plan in plans]
     lengths = np.array([len(order) for order in orders], dtype=np.int64)

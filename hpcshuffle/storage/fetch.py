@@ -28,6 +28,8 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar
 
+from hpcshuffle.errors import at_least
+
 Key = TypeVar("Key", bound=Hashable)
 Item = TypeVar("Item")
 
@@ -60,10 +62,8 @@ class BatchFetcher(Generic[Key, Item]):
     def __init__(
         self, read: Callable[[Key], Any], decode: Callable[[Key, Any], Item], io_threads: int, decode_threads: int = 0,
     ) -> None:
-        if io_threads < 1:
-            raise ValueError(f"io_threads must be >= 1, got {io_threads}")
-        if decode_threads < 0:
-            raise ValueError(f"decode_threads must be >= 0, got {decode_threads}")
+        at_least("io_threads", io_threads)
+        at_least("decode_threads", decode_threads, 0)
         self.read = read
         self.decode = decode
         self.io_threads = io_threads

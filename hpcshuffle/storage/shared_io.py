@@ -20,8 +20,10 @@ away mid-run raises `SharedStorageError` naming it, instead of blaming the sampl
 
 from __future__ import annotations
 
+import inspect
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -130,6 +132,20 @@ def shared_volume(start: bool = True) -> Iterator[tuple[Path | None, str]]:
             subprocess.run(["bash", str(SHARED_FS), "stop"], capture_output=True, text=True, timeout=300, check=False)
 
 
+def run_with_shared_volume(command: list[str]) -> int:
+    """Run `command` inside `shared_volume()`, telling it the mount in HPCSHUFFLE_SHARED_MOUNT (empty
+    when there is none) and how it came in HPCSHUFFLE_SHARED_HOW ("mounted", "started now", or why
+    there is none); returns its exit code. A Ctrl-C ends it and still stops a volume started here
+    (so does a SIGTERM, run as `python -m hpcshuffle.storage.shared_io COMMAND [ARG...]`)."""
+    with shared_volume() as (mount, how):
+        env = {**os.environ, "HPCSHUFFLE_SHARED_MOUNT": "" if mount is None else str(mount),
+               "HPCSHUFFLE_SHARED_HOW": how}
+        try:
+            return subprocess.run(command, env=env, check=False).returncode
+        except KeyboardInterrupt:
+            return 128 + signal.SIGINT
+
+
 def check_shared_dir(shared_dir: Path) -> str | None:
     """Why `storage.shared_dir` cannot be used on this node, or None."""
     fix = f"start the shared file system ({START_HINT}) or set storage.shared_dir=null to read dataset.root as it is"
@@ -224,6 +240,19 @@ def warnings_for(catalog: Catalog, memory_bytes: int) -> list[str]:
 
 __all__ = [
     "Mount", "SharedStorageError", "check_shared_dir", "check_still_there",
-    "describe", "direct_io", "estimated_bytes", "mount_of", "node_memory_bytes", "shared_mount", "warnings_for",
-    "why_gone",
+    "describe", "direct_io", "estimated_bytes", "mount_of", "node_memory_bytes", "run_with_shared_volume",
+    "shared_mount", "shared_volume", "warnings_for", "why_gone",
 ]
+
+
+if __name__ == "__main__":  # scripts/demo.sh: `python -m hpcshuffle.storage.shared_io COMMAND [ARG...]`
+    USAGE = ("usage: python -m hpcshuffle.storage.shared_io COMMAND [ARG...]\n\n"
+             + inspect.cleandoc(run_with_shared_volume.__doc__))
+    if sys.argv[1:2] in (["-h"], ["--help"]):
+        print(USAGE)
+    elif len(sys.argv) < 2:
+        print(USAGE, file=sys.stderr)
+        sys.exit(2)
+    else:
+        signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))  # unwinds: the volume stops
+        sys.exit(run_with_shared_volume(sys.argv[1:]))

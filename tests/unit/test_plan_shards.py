@@ -86,7 +86,8 @@ def test_spec_rejects_bad_shard_settings(buffer, g):
     if buffer == 0 and g == 1:
         PlanSpec(100, 2, 5, shard_samples=g, shuffle_buffer=buffer)
         return
-    with pytest.raises(ValueError, match="samples per shard must be >= 1 and the shuffle buffer >= 0"):
+    message = f"the shuffle buffer must be >= 0, got {buffer}" if g >= 1 else f"samples per shard must be >= 1, got {g}"
+    with pytest.raises(ValueError, match=message):
         PlanSpec(100, 2, 5, shard_samples=g, shuffle_buffer=buffer)
 
 

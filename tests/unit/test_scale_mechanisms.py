@@ -150,8 +150,12 @@ def test_more_overlap_hides_more_and_none_hides_nothing():
     ({"dist": "lognormal", "mean": 1e-3, "cv": -0.3}, "shared.service.cv must be >= 0"),
     ({"dist": "pareto", "mean": 1e-3, "shape": 1.0}, "shared.service.shape must be > 1"),
     ({"dist": "gauss", "mean": 1e-3}, "shared.service.dist 'gauss' is not one of"),
-    ({"dist": "lognormal", "mean": 1e-3}, "a lognormal distribution takes exactly ['cv', 'mean']"),
-    (8e-3, "shared.service: expected a distribution, e.g. {dist: lognormal"),
+    ({"dist": "lognormal", "mean": 1e-3},
+     "shared.service.cv is missing: a lognormal distribution takes exactly ['cv', 'mean'] (e.g. {dist: lognormal"),
+    ({"dist": "fixed", "mean": 1e-3, "shape": 2.0},
+     "shared.service.shape is not a parameter here: a fixed distribution takes exactly ['mean']"),
+    ({"mean": 1e-3, "cv": 0.3}, "missing shared.service.dist"),
+    (8e-3, "shared.service: Invalid type assigned: float is not a subclass of Distribution. value: 0.008"),
 ])
 def test_a_bad_distribution_is_refused_with_its_key(service, message):
     raw = tiny_raw()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from hpcshuffle.storage.shared_io import (
     direct_io,
     estimated_bytes,
     mount_of,
+    run_with_shared_volume,
     shared_volume,
     warnings_for,
     why_gone,
@@ -176,3 +178,32 @@ def test_a_volume_started_for_a_with_is_stopped_after_it_and_one_found_is_left(t
         assert mount == tmp_path and how == ("mounted" if mounted else "started now")
     assert log.read_text().split() == (["status"] if mounted else ["status", "start", "stop"])
     assert (tmp_path / "mounted").exists() == mounted
+
+
+@pytest.mark.parametrize(("mounted", "root"), [(False, True), (True, False), (False, False)])
+def test_a_command_run_with_the_volume_is_told_its_mount_and_how_it_came(tmp_path, monkeypatch, mounted, root):
+    """`python -m hpcshuffle.storage.shared_io COMMAND` (scripts/demo.sh): COMMAND runs inside
+    shared_volume, learns the mount and how it came from its environment, and its exit code is kept."""
+    script, log = fake_shared_fs(tmp_path, mounted)
+    monkeypatch.setattr("hpcshuffle.storage.shared_io.SHARED_FS", script)
+    monkeypatch.setattr(os, "geteuid", lambda: 0 if root else 1000)
+    seen = tmp_path / "seen"
+    told = f'echo "$HPCSHUFFLE_SHARED_MOUNT|$HPCSHUFFLE_SHARED_HOW" > {seen}; exit 3'
+    code = run_with_shared_volume(["sh", "-c", told])
+    assert code == 3
+    mount, how = seen.read_text().rstrip("\n").split("|")
+    if mounted or root:
+        assert (mount, how) == (str(tmp_path), "mounted" if mounted else "started now")
+    else:
+        assert mount == "" and how == "not mounted (starting it needs root; running as uid 1000)"
+    assert log.read_text().split() == (["status", "start", "stop"] if root else ["status"])
+
+
+def test_the_module_without_a_command_says_how_to_call_it():
+    """The entry scripts/demo.sh uses (running a command is the test above: from a shell it would
+    start the real volume as root)."""
+    entry = [sys.executable, "-m", "hpcshuffle.storage.shared_io"]
+    missing = subprocess.run(entry, capture_output=True, text=True, check=False)
+    assert missing.returncode == 2 and "usage: python -m hpcshuffle.storage.shared_io COMMAND" in missing.stderr
+    helped = subprocess.run([*entry, "--help"], capture_output=True, text=True, check=False)
+    assert helped.returncode == 0 and "HPCSHUFFLE_SHARED_MOUNT" in helped.stdout

@@ -5,10 +5,11 @@ study's results tree — on fake run directories."""
 from __future__ import annotations
 
 import math
+import statistics
 
 import pytest
 
-from hpcshuffle.analysis.intervals import interval95, reaches, t975
+from hpcshuffle.analysis.intervals import interval95, reaches
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
@@ -36,13 +37,14 @@ def write_study(root):
     return root
 
 
-def test_t_quantiles_and_the_interval_are_exact():
-    assert t975(1) == 12.706 and t975(2) == 4.303 and t975(30) == 2.042
-    assert t975(40) == pytest.approx(2.0211, abs=1e-3)  # the expansion beyond the table
-    assert t975(120) == pytest.approx(1.9799, abs=1e-3)
+def test_the_interval_uses_the_exact_t_quantile():
+    # Student's t's 97.5 % quantile: 4.3027 at 2 degrees of freedom, 2.0211 at 40
     mean, low, high = interval95([1.0, 2.0, 3.0], "x")
     assert mean == 2.0
-    assert high - mean == pytest.approx(4.303 / math.sqrt(3)) and mean - low == pytest.approx(4.303 / math.sqrt(3))
+    assert high - mean == pytest.approx(4.302653 / math.sqrt(3)) and mean - low == pytest.approx(4.302653 / math.sqrt(3))
+    values = [float(v % 7) for v in range(41)]
+    mean, low, high = interval95(values, "x")
+    assert high - mean == pytest.approx(2.021075 * statistics.stdev(values) / math.sqrt(41))
 
 
 def test_an_interval_of_one_seed_is_a_named_error():
