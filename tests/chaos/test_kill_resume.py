@@ -19,6 +19,7 @@ import sys
 import time
 
 import numpy as np
+import psutil
 import pytest
 
 from hpcshuffle.comm.chaos import ENV
@@ -177,11 +178,11 @@ def rank_pids(launcher: subprocess.Popen, marker: str) -> list[int]:
     pids = []
     for pid in found - {launcher.pid}:
         try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-            parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-        except FileNotFoundError:
+            process = psutil.Process(pid)
+            argv, parent = process.cmdline(), process.ppid()
+        except psutil.Error:  # gone meanwhile
             continue
-        if argv[0].decode() == sys.executable and parent not in found:
+        if argv[0] == sys.executable and parent not in found:
             pids.append(pid)
     return sorted(pids)
 

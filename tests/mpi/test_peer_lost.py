@@ -13,8 +13,8 @@ import socket
 import subprocess
 import sys
 import time
-from pathlib import Path
 
+import psutil
 import pytest
 
 from hpcshuffle.comm.chaos import STOP_ENV
@@ -30,14 +30,7 @@ LIMIT_S = TIMEOUT_S + min(GRACE_S, TIMEOUT_S) + 30
 
 def job_pids(marker: str) -> list[int]:
     """Every process whose command line holds `marker` (this test's run directory): the ranks."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and marker.encode() in (entry / "cmdline").read_bytes():
-                pids.append(int(entry.name))
-        except OSError:  # gone meanwhile
-            continue
-    return pids
+    return [proc.pid for proc in psutil.process_iter(["cmdline"]) if marker in " ".join(proc.info["cmdline"] or ())]
 
 
 def test_a_frozen_rank_is_named_and_the_job_exits_for_requeue(small_dataset, tmp_path):

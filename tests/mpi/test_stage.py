@@ -9,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from hpcshuffle.files import read_jsonl
@@ -46,16 +47,15 @@ def assert_staged_as_planned(src: Path, dst: Path) -> None:
 
 def rank_pid(marker: str, rank: int) -> int | None:
     """The pid of MPI rank `rank` of the job whose command line contains `marker`."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info["cmdline"] or ())
+        if marker not in cmdline or "hpcshuffle" not in cmdline:
             continue
         try:
-            cmdline = (proc / "cmdline").read_bytes()
-            environ = (proc / "environ").read_bytes().split(b"\0")
-        except OSError:
+            if proc.environ().get("PMI_RANK") == str(rank):
+                return proc.pid
+        except psutil.Error:  # gone meanwhile
             continue
-        if marker.encode() in cmdline and b"hpcshuffle" in cmdline and f"PMI_RANK={rank}".encode() in environ:
-            return int(proc.name)
     return None
 
 
