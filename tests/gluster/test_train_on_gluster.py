@@ -41,7 +41,7 @@ STRATEGIES = {"global": ("shuffle=global",), "local": ("shuffle=local",),
               "partial": ("shuffle=partial", "shuffle.q=0.3")}
 # where scripts/shared_fs.sh marks what it started
 STATE = Path(os.environ.get("HPCSHUFFLE_SHARED_STATE", "/var/tmp/hpcshuffle-gluster"))
-LONG_EPOCHS = 10  # long enough that the file system is stopped while the run still trains
+LONG_EPOCHS = 40  # long enough that the file system is stopped while the run still trains (~0.3 s an epoch)
 
 
 @pytest.fixture(scope="module")
