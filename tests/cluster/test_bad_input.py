@@ -1,17 +1,20 @@
 """scripts/cluster.sh refuses what cannot work, with the fix, and leaves nothing half built.
 
 The first tests need no cluster (they run before the package's fixture brings one up: pytest runs
-this file first); the last needs the running cluster.
+this file first); the last ones need the running cluster.
 """
 
 from __future__ import annotations
 
 import os
 import subprocess
+import time
 
+import psutil
 import pytest
 
-from tests.cluster.conftest import NODES, cluster_sh
+from tests.cluster.conftest import NODES, SCRIPT, STATE, cluster_sh
+from tests.conftest import REPO, mpi_env
 
 pytestmark = pytest.mark.cluster
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="cluster.sh up/run need root")
@@ -44,6 +47,52 @@ def test_a_rate_tc_refuses_is_named_before_anything_is_built():
     assert result.returncode == 1
     assert "tc refused --link '10zbit'" in result.stderr and "e.g. 1gbit" in result.stderr
     assert "hpcs-" not in namespaces()
+
+
+def cluster_processes() -> list[str]:
+    """Processes of a cluster: its holders and daemons (their command lines name the state dir)."""
+    found = []
+    for process in psutil.process_iter(["cmdline"]):
+        line = " ".join(process.info["cmdline"] or [])
+        if str(STATE) in line or f"{SCRIPT} _" in line:
+            found.append(f"{process.pid} {line}")
+    return found
+
+
+@needs_root
+def test_a_second_up_is_refused_and_a_failed_up_tears_down_what_it_built():
+    """While one `up` builds a cluster, a second is refused at once, naming the first; the first
+    then fails at its very end (HPCSHUFFLE_CLUSTER_UP_FAIL) and tears down everything it built:
+    processes, namespaces, the route, its settings."""
+    if cluster_sh("status").returncode == 0:
+        pytest.skip("a cluster is up already")
+    lock = STATE / "up.lock"
+    first = subprocess.Popen(["bash", str(SCRIPT), "up", "--nodes", "1"], cwd=REPO, text=True,
+                             env={**mpi_env(), "HPCSHUFFLE_CLUSTER_UP_FAIL": "1"},
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 60
+        while not (lock.exists() and lock.read_text().startswith(f"pid {first.pid},")):
+            assert first.poll() is None and time.monotonic() < deadline, "the first up never took the lock"
+            time.sleep(0.05)
+        second = cluster_sh("up", "--nodes", "1")
+        _, stderr = first.communicate(timeout=600)
+    finally:
+        if first.poll() is None:
+            first.kill()
+        left = cluster_processes()
+        if left or "hpcs-" in namespaces():
+            cluster_sh("down")
+    assert second.returncode == 1
+    assert f"another 'up' is running (pid {first.pid}, 'up --nodes 1' since " in second.stderr, second.stderr
+    # the refused up touched nothing: the first got to its end
+    assert first.returncode == 1
+    assert "failing at the end on purpose" in stderr and "tearing down what it built" in stderr, stderr
+    assert not left, left
+    assert "hpcs-" not in namespaces()
+    assert "10.203.57.0/24" not in subprocess.run(["ip", "route"], capture_output=True, text=True).stdout
+    assert not (STATE / "settings").exists()
+    assert cluster_sh("status").returncode == 1
 
 
 @needs_root
