@@ -260,8 +260,9 @@ storage_up() {
     local pid info current value i regraphed=0
     pid=$(cat "$STATE/run/glusterd.pid" 2>/dev/null || true)
     if ! alive "$pid"; then
+        # the background subshell lives as long as glusterd (it does not detach): it must not keep the lock
         inside fs setsid glusterd --no-daemon --log-file="$STATE/fs/log/glusterd.log" \
-            </dev/null >>"$STATE/fs/log/glusterd.out" 2>&1 &
+            </dev/null >>"$STATE/fs/log/glusterd.out" 2>&1 {UP_LOCK_FD}>&- &
         echo $! >"$STATE/run/glusterd.pid"
         for _ in $(seq 60); do
             gl volume list >/dev/null 2>&1 && break

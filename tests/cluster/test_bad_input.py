@@ -49,13 +49,19 @@ def test_a_rate_tc_refuses_is_named_before_anything_is_built():
     assert "hpcs-" not in namespaces()
 
 
-def cluster_processes() -> list[str]:
-    """Processes of a cluster: its holders and daemons (their command lines name the state dir)."""
-    found = []
-    for process in psutil.process_iter(["cmdline"]):
+DAEMONS = {"munged", "slurmctld", "slurmd", "slurmstepd", "glusterd", "glusterfsd", "glusterfs"}
+
+
+def cluster_processes() -> dict[int, str]:
+    """Processes a cluster may have started: its holders (cluster.sh _root/_holder, then `sleep
+    infinity`) and daemons, by pid: the ones a test's cluster left are those not there before it."""
+    found = {}
+    for process in psutil.process_iter(["name", "cmdline", "status"]):
+        if process.info["status"] == psutil.STATUS_ZOMBIE:  # killed; PID 1 does not reap them here
+            continue
         line = " ".join(process.info["cmdline"] or [])
-        if str(STATE) in line or f"{SCRIPT} _" in line:
-            found.append(f"{process.pid} {line}")
+        if process.info["name"] in DAEMONS or f"{SCRIPT} _" in line or line == "sleep infinity":
+            found[process.pid] = line
     return found
 
 
@@ -67,6 +73,7 @@ def test_a_second_up_is_refused_and_a_failed_up_tears_down_what_it_built():
     if cluster_sh("status").returncode == 0:
         pytest.skip("a cluster is up already")
     lock = STATE / "up.lock"
+    before = cluster_processes()
     first = subprocess.Popen(["bash", str(SCRIPT), "up", "--nodes", "1"], cwd=REPO, text=True,
                              env={**mpi_env(), "HPCSHUFFLE_CLUSTER_UP_FAIL": "1"},
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -80,7 +87,7 @@ def test_a_second_up_is_refused_and_a_failed_up_tears_down_what_it_built():
     finally:
         if first.poll() is None:
             first.kill()
-        left = cluster_processes()
+        left = {pid: line for pid, line in cluster_processes().items() if pid not in before}
         if left or "hpcs-" in namespaces():
             cluster_sh("down")
     assert second.returncode == 1
@@ -107,8 +114,6 @@ def test_up_with_other_settings_while_one_is_up(nscluster):
 def test_slurm_clients_outside_the_cluster_find_no_configuration_for_it(nscluster):
     """From the machine's own namespace the cluster's slurm.conf is not there (a tmpfs only its
     namespaces see), and its addresses are unreachable rather than routed out of the machine."""
-    from tests.cluster.conftest import STATE
-
     assert not (STATE / "etc" / "slurm.conf").exists()
     route = subprocess.run(["ip", "route", "get", "10.203.57.2"], capture_output=True, text=True)
     assert route.returncode != 0 or "unreachable" in route.stdout, route.stdout

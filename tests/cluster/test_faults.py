@@ -166,10 +166,20 @@ def test_a_node_lost_mid_epoch_is_named_requeued_and_resumed(nscluster, pls_run)
     assert_same_training(run_dir, read_jsonl(pls_run[0].run_dir / "metrics.jsonl"))
 
 
-def marked_down(node: str) -> bool:
-    """Whether Slurm has marked `node` down (it stopped answering for SlurmdTimeout)."""
-    shown = cluster_sh("run", "--", "scontrol", "show", "node", "-o", node).stdout
-    return bool(re.search(r"\bState=\S*DOWN", shown))
+def node_state(node: str) -> str:
+    """Slurm's State of `node`, e.g. IDLE, DOWN+NOT_RESPONDING, IDLE+COMPLETING."""
+    found = re.search(r"\bState=(\S+)", cluster_sh("run", "--", "scontrol", "show", "node", "-o", node).stdout)
+    return found.group(1) if found else "?"
+
+
+def release_once_idle(node: str) -> Callable[[dict[str, str]], None]:
+    """release_requeued, once Slurm has cleaned up the job's first run on `node` (its state is
+    plain IDLE again): a requeued run started on a node that still holds the old run's step
+    waits for ever to start its own (srun: "Requested nodes are busy")."""
+    def release(fields: dict[str, str]) -> None:
+        if node_state(node) == "IDLE":
+            release_requeued(fields)
+    return release
 
 
 def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster, pls_run):
@@ -201,10 +211,10 @@ def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster
                     psutil.Process(int(pid)).resume()
             named.join(timeout=120)
             # the link stays down until Slurm has marked the node down (SlurmdTimeout)
-            wait_until(lambda: marked_down(victim), time.monotonic() + 120, f"Slurm never marked {victim} down",
-                       poll_s=1)
+            wait_until(lambda: "DOWN" in node_state(victim), time.monotonic() + 120,
+                       f"Slurm never marked {victim} down", poll_s=1)
             assert cluster_sh("link", victim, "up").returncode == 0
-            job = nscluster.wait("link", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued)
+            job = nscluster.wait("link", job_id, FAULT_TIMEOUT_S, on_poll=release_once_idle(victim))
     finally:
         if victim:
             cluster_sh("link", victim, "up")
