@@ -30,7 +30,7 @@ STATE = Path(os.environ.get("HPCSHUFFLE_CLUSTER_STATE", "/var/tmp/hpcshuffle-clu
 NODES = 3
 SETTINGS = f"nodes={NODES} link=10gbit storage_link=1gbit storage_latency_ms=0"
 LOGIN = ["bash", str(SCRIPT), "run", "--"]  # Slurm's clients run on the login node, inside the cluster
-JOB_TIMEOUT_S = 300
+JOB_TIMEOUT_S = 180  # a job here takes 10-25 s
 
 # what the jobs train: 2 epochs cross the epoch boundary that resumes and exchanges need
 SAMPLES, BATCH, EPOCHS, Q = 256, 16, 2, 0.3
