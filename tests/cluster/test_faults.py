@@ -174,21 +174,27 @@ def node_state(node: str) -> str:
     return found.group(1) if found else "?"
 
 
-def release_elsewhere(node: str) -> Callable[[dict[str, str]], None]:
-    """release_requeued, on nodes other than `node`: the cut-off node keeps the first run's step
-    (job id and step 0 the same as the requeued run's) until Slurm cleans it up, and a requeued run
-    placed there waits for ever to start its own ("Requested nodes are busy", "Duplicate job id")."""
-    def release(fields: dict[str, str]) -> None:
-        if fields.get("JobState") == "PENDING" and fields.get("Restarts", "0") != "0":
-            cluster_sh("run", "--", "scontrol", "update", f"JobId={fields['JobId']}", f"ExcNodeList={node}",
-                       "StartTime=now")
-    return release
+def job_processes(node: str) -> list[str]:
+    """What is left on `node` of a job: its step daemons and ranks."""
+    left = []
+    for pid in subprocess.run(["ip", "netns", "pids", f"hpcs-{node}"], capture_output=True, text=True).stdout.split():
+        with suppress(psutil.Error):
+            process = psutil.Process(int(pid))
+            if process.status() != psutil.STATUS_ZOMBIE and (
+                    process.name() == "slurmstepd" or "hpcshuffle.train" in " ".join(process.cmdline())):
+                left.append(f"{pid} {process.name()}")
+    return left
+
+
+def steps_of(job_id: str) -> str:
+    """The job's steps Slurm still knows ("" for none)."""
+    return cluster_sh("run", "--", "squeue", "-h", "-s", "-j", job_id).stdout.strip()
 
 
 def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster, pls_run):
     """The second node's link goes down while its first rank is in epoch 1's exchange (frozen there
     a moment so the moment is known): its peers wait in the allreduce until world.timeout_s, name
-    the node, the job is requeued, and it resumes bit-identically on the other nodes. The run
+    the node, the job is requeued, and once the link is back it resumes bit-identically. The run
     directory is on /pfs, as on a cluster: the cut-off node cannot answer the roll call there.
     world.timeout_s is short: the peers must name the node (after it and a roll call as long)
     before Slurm marks it down and kills the job (SlurmdTimeout=15 s, then KillWait=5 s)."""
@@ -217,7 +223,13 @@ def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster
             wait_until(lambda: "DOWN" in node_state(victim), time.monotonic() + 120,
                        f"Slurm never marked {victim} down", poll_s=1)
             assert cluster_sh("link", victim, "up").returncode == 0
-            job = nscluster.wait("link", job_id, FAULT_TIMEOUT_S, on_poll=release_elsewhere(victim))
+            # the requeued run has the first run's job id and step numbers: started while the cut-off
+            # node (or Slurm) still holds the first run's step, its own step is taken for that one and
+            # cancelled with it
+            wait_until(lambda: not job_processes(victim) and not steps_of(job_id), time.monotonic() + 120,
+                       f"Slurm never cleaned the first run off {victim}: {job_processes(victim)} "
+                       f"{steps_of(job_id)}", poll_s=0.5)
+            job = nscluster.wait("link", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued)
     finally:
         if victim:
             cluster_sh("link", victim, "up")
