@@ -43,6 +43,7 @@ pytestmark = pytest.mark.cluster
 NAMED_WITHIN_S = 60
 FAULT_TIMEOUT_S = 300  # a job through its fault, its requeue and its resumed run (30-60 s)
 LINK_TIMEOUT_S = 5
+REVOKED_S = 2.0  # a requeued job is started this long after it is seen pending (see release_requeued)
 
 
 def stopped_rank(node: str) -> bool:
@@ -85,10 +86,20 @@ def first_epoch(run_dir, deadline: float) -> list[dict]:
     return read_jsonl(run_dir / "metrics.jsonl")
 
 
-def release_requeued(fields: dict[str, str]) -> None:
-    """Slurm delays a requeued job's start (about 2 minutes): start it at once (the resume is what is tested)."""
-    if fields.get("JobState") == "PENDING" and fields.get("Restarts", "0") != "0":
-        cluster_sh("run", "--", "scontrol", "update", f"JobId={fields['JobId']}", "StartTime=now")
+def release_requeued() -> Callable[[dict[str, str]], None]:
+    """An on_poll that starts a requeued job at once: Slurm delays its start (about 2 minutes), and
+    the resume is what is tested. Not within the second of its requeue: slurmd refuses a batch job
+    whose credential is no newer than its id's revocation ("Job credential revoked"; seen here)."""
+    pending_since: list[float] = []
+
+    def release(fields: dict[str, str]) -> None:
+        if fields.get("JobState") != "PENDING" or fields.get("Restarts", "0") == "0":
+            pending_since.clear()
+        elif not pending_since:
+            pending_since.append(time.monotonic())
+        elif time.monotonic() - pending_since[0] >= REVOKED_S:
+            cluster_sh("run", "--", "scontrol", "update", f"JobId={fields['JobId']}", "StartTime=now")
+    return release
 
 
 @contextmanager
@@ -119,7 +130,7 @@ def test_one_rank_killed_is_named_requeued_and_resumed(nscluster, pls_run):
     job_id = nscluster.submit("rank", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, "world.timeout_s=10"],
                               env={"RUN_DIR": str(run_dir), KILL_ENV: "3:1:iteration-2"})
     with cancelled_on_failure(job_id):
-        job = nscluster.wait("rank", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued)
+        job = nscluster.wait("rank", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued())
     assert job.exit_code == 0 and job.restarts == 1, job.log[-6000:]
     before = first_run(job.log)
     assert before != job.log, f"never requeued:\n{job.log[-4000:]}"
@@ -153,7 +164,7 @@ def test_a_node_lost_mid_epoch_is_named_requeued_and_resumed(nscluster, pls_run)
             crashed = time.time()
             crash = cluster_sh("crash", victim)
             assert crash.returncode == 0, crash.stderr
-            job = nscluster.wait("crash", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued)
+            job = nscluster.wait("crash", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued())
     finally:
         revive = cluster_sh("up", "--nodes", str(NODES), timeout_s=300)
         assert revive.returncode == 0, revive.stderr
@@ -229,7 +240,7 @@ def test_a_link_down_during_the_exchange_is_named_requeued_and_resumed(nscluster
             wait_until(lambda: not job_processes(victim) and not steps_of(job_id), time.monotonic() + 120,
                        f"Slurm never cleaned the first run off {victim}: {job_processes(victim)} "
                        f"{steps_of(job_id)}", poll_s=0.5)
-            job = nscluster.wait("link", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued)
+            job = nscluster.wait("link", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued())
     finally:
         if victim:
             cluster_sh("link", victim, "up")
