@@ -71,6 +71,7 @@ class Cluster:
         return self.wait(name, self.submit(name, args, env), timeout_s)
 
     def log(self, name: str) -> Path:
+        """Where the job named `name` writes its output."""
         return self.work / f"{name}.out"
 
     def counters(self) -> dict[str, tuple[int, int]]:
@@ -121,6 +122,7 @@ def assert_same_training(run_dir, reference: list[dict]) -> None:
 # down before the other tiers run: their single-node Slurm and GlusterFS then meet no cluster daemons
 @pytest.fixture(scope="package")
 def nscluster():
+    """The cluster, brought up for the package's tests (and down after them, if they brought it up)."""
     if os.geteuid() != 0:
         pytest.skip(f"the cluster tests need root to bring up namespace nodes with scripts/cluster.sh "
                     f"(running as uid {os.geteuid()})")

@@ -59,6 +59,7 @@ def stopped_rank(node: str) -> bool:
 
 
 def wait_until(condition: Callable[[], bool], deadline: float, what: str, poll_s: float = 0.2) -> None:
+    """Poll `condition` until it holds; past `deadline` (time.monotonic()) fail saying `what`."""
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(poll_s)
@@ -118,6 +119,7 @@ def first_run(log: str) -> str:
 
 
 def peer_lost(log: str) -> list[str]:
+    """The log's lines naming a lost peer."""
     return [line for line in log.splitlines() if line.startswith("hpcshuffle: peer lost")]
 
 
