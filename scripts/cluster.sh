@@ -17,6 +17,9 @@
 #   link NODE down|up     take NODE's link down or bring it back
 #   storage stop|start    stop the storage node's GlusterFS server (clients' reads then fail) or restart it
 # `up` with the running cluster's settings brings back what a fault took away and changes nothing else.
+# One `up` at a time: a second one while the first runs is refused, naming it (a lock in the state
+# dir). An `up` that fails tears down what it built (HPCSHUFFLE_CLUSTER_UP_FAIL=1 makes it fail once
+# everything is up, for the tests); a repair of a running cluster that fails leaves it up.
 #
 # Defaults: 3 nodes, compute links 10gbit, storage link 1gbit, no storage latency. A node has the
 # hostname nodeN, its own /tmp (node-local storage: a directory under the state dir) and /dev/shm,
@@ -39,6 +42,8 @@ PFS=/pfs                    # where every node mounts the storage node's volume
 VOLUME=pfs
 MAX_NODES=32
 BURST=128kb                 # tbf bucket: at least one 64 KB GSO segment of the veth
+UP_LOCK=$STATE/up.lock      # held by the one `up` that runs; it holds who that is
+UP_LOCK_FD=199              # up's descriptor on it once taken; never passed to what up starts (see lock_up)
 source "$(dirname "$SELF")/gluster_options.sh"
 source "$(dirname "$SELF")/processes.sh"  # alive
 
@@ -77,7 +82,7 @@ inside() {
     shift
     pid=$(holder_pid "$host")
     alive "$pid" || die "$host is not up (no live holder process); run: bash $SELF up"
-    nsenter -t "$pid" -m -u -i -n -- "$@"
+    nsenter -t "$pid" -m -u -i -n -- "$@" {UP_LOCK_FD}>&-
 }
 
 is_up() { ip netns list 2>/dev/null | grep -qw "${NS}sw"; }
@@ -156,7 +161,8 @@ network_up() {
 root_up() {
     holder_alive root && return
     mkdir -p "$STATE/run" "$STATE/etc"
-    setsid unshare --mount --propagation private --fork bash "$SELF" _root </dev/null >>"$STATE/log/holders.log" 2>&1 &
+    setsid unshare --mount --propagation private --fork bash "$SELF" _root </dev/null >>"$STATE/log/holders.log" 2>&1 \
+        {UP_LOCK_FD}>&- &
     wait_for "$STATE/run/root.holder" "the cluster's mount namespace"
 }
 
@@ -205,7 +211,7 @@ holder_up() {
     [ -s "$STATE/nodes/$host/boot_id" ] || cat /proc/sys/kernel/random/uuid >"$STATE/nodes/$host/boot_id"
     nsenter -t "$(holder_pid root)" -m -- ip netns exec "${NS}$host" \
         setsid unshare --uts --ipc --mount --propagation private --fork bash "$SELF" _holder "$host" \
-        </dev/null >>"$STATE/log/holders.log" 2>&1 &
+        </dev/null >>"$STATE/log/holders.log" 2>&1 {UP_LOCK_FD}>&- &
     wait_for "$STATE/run/$host.holder" "$host"
 }
 
@@ -254,8 +260,9 @@ storage_up() {
     local pid info current value i regraphed=0
     pid=$(cat "$STATE/run/glusterd.pid" 2>/dev/null || true)
     if ! alive "$pid"; then
+        # the background subshell lives as long as glusterd (it does not detach): it must not keep the lock
         inside fs setsid glusterd --no-daemon --log-file="$STATE/fs/log/glusterd.log" \
-            </dev/null >>"$STATE/fs/log/glusterd.out" 2>&1 &
+            </dev/null >>"$STATE/fs/log/glusterd.out" 2>&1 {UP_LOCK_FD}>&- &
         echo $! >"$STATE/run/glusterd.pid"
         for _ in $(seq 60); do
             gl volume list >/dev/null 2>&1 && break
@@ -327,8 +334,36 @@ slurm_ready() {  # every node idle (or busy) in sinfo
 
 # ---- sub-commands --------------------------------------------------------------------------------
 
+# lock_up: take the up lock or refuse, naming the `up` that holds it. Bash passes its descriptors to
+# every child, so what up starts closes it ({UP_LOCK_FD}>&-): a daemon would otherwise hold the lock
+# for the cluster's life and lock out every later `up`.
+lock_up() {
+    mkdir -p "$STATE"
+    exec {UP_LOCK_FD}>>"$UP_LOCK"
+    if ! flock -n "$UP_LOCK_FD"; then
+        die "another 'up' is running ($(cat "$UP_LOCK" 2>/dev/null || echo 'its holder unknown')): wait for it" \
+            "to end, then run this again (the lock is $UP_LOCK)"
+    fi
+    echo "pid $$, 'up $1' since $(date -u '+%H:%M:%S UTC')" >"$UP_LOCK"
+}
+
+# up_failed: what `up` runs on any failure; a cluster it built from nothing goes (as `down`), one that
+# was up before it (a repair) stays as it is.
+up_failed() {
+    local rc=$?
+    trap - EXIT
+    [ "$rc" = 0 ] && return
+    if [ "${UP_BUILDS:-0}" = 1 ]; then
+        say "up failed (exit $rc): tearing down what it built"
+        down || say "tearing down failed: run 'bash $SELF down'"
+    else
+        say "up failed (exit $rc) repairing a cluster that was up before it; left as it is"
+    fi
+    exit "$rc"
+}
+
 up() {
-    local nodes=3 link=10gbit storage_link=1gbit latency=0
+    local nodes=3 link=10gbit storage_link=1gbit latency=0 asked="$*"
     while [ $# -gt 0 ]; do
         case $1 in
             --nodes) nodes=${2:?--nodes needs a number}; shift 2 ;;
@@ -342,6 +377,7 @@ up() {
         || die "--nodes must be a whole number from 1 to $MAX_NODES, got '$nodes'"
     [[ $latency =~ ^[0-9]+$ ]] || die "--storage-latency-ms must be a whole number of milliseconds (0: none), got '$latency'"
     need_root
+    lock_up "$asked"
     local wanted="nodes=$nodes"$'\n'"link=$link"$'\n'"storage_link=$storage_link"$'\n'"storage_latency_ms=$latency"
     if is_up; then
         [ "$(settings)" = "$wanted" ] || die "a cluster is already up with other settings ($(settings | tr '\n' ' '));" \
@@ -350,9 +386,13 @@ up() {
         check_rate "$link" --link
         check_rate "$storage_link" --storage-link
         install
+        UP_BUILDS=1
         mkdir -p "$STATE/log" "$STATE/run" "$STATE/fs/brick" "$STATE/fs/glusterd" "$STATE/fs/log" "$PFS"
         echo "$wanted" >"$settings_file"
     fi
+    trap up_failed EXIT
+    trap 'exit 130' INT
+    trap 'exit 143' TERM
     local started=$SECONDS
     network_up
     root_up
@@ -366,6 +406,9 @@ up() {
     inside ctl bash -c "printf '%s\n' \"\$1\" >$PFS/.hpcshuffle-storage.json" _ \
         "{\"by\": \"scripts/cluster.sh\", \"storage_link\": \"$storage_link\", \"server_read_latency_ms\": $latency, \"server_read_latency\": \"GlusterFS delay-gen on the brick: every read call waits this long; set, not measured\"}"
     slurm_ready
+    # the tests of up_failed: a failure once everything is built
+    [ -z "${HPCSHUFFLE_CLUSTER_UP_FAIL:-}" ] || die "failing at the end on purpose (HPCSHUFFLE_CLUSTER_UP_FAIL is set)"
+    trap - EXIT INT TERM
     say "up in $((SECONDS - started)) s: $nodes nodes (links $link), login node ctl, storage node fs" \
         "(link $storage_link$( [ "$latency" = 0 ] || echo ", ${latency} ms per read set on its brick")) serving $PFS"
 }

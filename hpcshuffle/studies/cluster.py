@@ -36,11 +36,21 @@ class Cluster:
         """The srun/sbatch options that keep every job and step off the broken nodes."""
         return [f"--exclude={','.join(self.broken)}"] if self.broken else []
 
-    def run(self, *command: str, check: bool = True, show: bool = False) -> subprocess.CompletedProcess:
-        """`command` on the login node, its output kept (or, with `show`, passed through: progress)."""
+    @property
+    def prefix(self) -> list[str]:
+        """What runs a command on the login node (Slurm's clients live there): `cluster.sh run --`."""
+        return ["bash", str(self.script), "run", "--"]
+
+    @staticmethod
+    def environment() -> dict[str, str]:
+        """This process's environment for a login-node command: this venv first, one thread, no TMPDIR."""
         env = {key: value for key, value in os.environ.items() if key != "TMPDIR"}  # node-local: the nodes' /tmp
         env.update(PATH=f"{BIN}:{env['PATH']}", OMP_NUM_THREADS="1")
-        done = subprocess.run(["bash", str(self.script), "run", "--", *command], cwd=REPO, env=env,
+        return env
+
+    def run(self, *command: str, check: bool = True, show: bool = False) -> subprocess.CompletedProcess:
+        """`command` on the login node, its output kept (or, with `show`, passed through: progress)."""
+        done = subprocess.run([*self.prefix, *command], cwd=REPO, env=self.environment(),
                               capture_output=not show, text=True)
         if check and done.returncode != 0:
             sys.exit(f"on the cluster's login node, `{' '.join(command)}` failed (exit {done.returncode}):\n"

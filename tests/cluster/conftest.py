@@ -2,9 +2,12 @@
 
 `scripts/cluster.sh up` brings up 3 compute nodes, a login node and a storage node on this
 machine (root: namespaces, tc, mounts, daemons) and the fixture tears down what it brought up
-when the package's tests are done. Jobs go in through `cluster.sh run -- sbatch --wait ...` on the login node, from the
-repository, which every node sees. Without root the tests skip, saying why; so they do when the
-repository lies under /tmp, which is node-local on the cluster's nodes.
+when the package's tests are done. Jobs go in through `cluster.sh run -- sbatch ...` on the login
+node, from the repository, which every node sees, and are polled there (hpcshuffle.slurm). Without
+root the tests skip, saying why; so they do when the repository lies under /tmp, which is
+node-local on the cluster's nodes.
+
+The runs that several tests check (node-scope PLS, GS) are package fixtures, trained once.
 """
 
 from __future__ import annotations
@@ -12,54 +15,64 @@ from __future__ import annotations
 import os
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO, mpi_env
+from hpcshuffle import slurm
+from hpcshuffle.files import read_jsonl
+from tests.conftest import REPO, audit_by_epoch, mpi_env
 
 SCRIPT = REPO / "scripts" / "cluster.sh"
 STATE = Path(os.environ.get("HPCSHUFFLE_CLUSTER_STATE", "/var/tmp/hpcshuffle-cluster"))
 NODES = 3
 SETTINGS = f"nodes={NODES} link=10gbit storage_link=1gbit storage_latency_ms=0"
-# a job's states that do not change any more (a requeued job goes back to PENDING instead)
-ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "OUT_OF_MEMORY", "DEADLINE", "BOOT_FAIL")
+LOGIN = ["bash", str(SCRIPT), "run", "--"]  # Slurm's clients run on the login node, inside the cluster
+JOB_TIMEOUT_S = 180  # a job here takes 10-25 s
+
+# what the jobs train: 2 epochs cross the epoch boundary that resumes and exchanges need
+SAMPLES, BATCH, EPOCHS, Q = 256, 16, 2, 0.3
+DATASET = "/pfs/cluster-tests/synthetic"
+COMMON = [f"dataset.root={DATASET}", f"dataset.synthesize.samples={SAMPLES}", f"batch_size={BATCH}",
+          f"epochs={EPOCHS}", "progress=false", "audit=true"]
+PLS = ["shuffle=partial", f"shuffle.q={Q}", "storage.scope=node"]
+TWO_BY_TWO = ["-N", "2", "--ntasks-per-node", "2", "--cpus-per-task", "1"]
+TWO_BY_ONE = ["-N", "2", "--ntasks-per-node", "1", "--cpus-per-task", "1"]
+GS_ARGS = [*TWO_BY_ONE, "jobs/train.sbatch", *COMMON, "shuffle=global"]
 
 
 def cluster_sh(*args: str, timeout_s: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """`bash scripts/cluster.sh ARGS` from the repository, its output kept."""
     return subprocess.run(["bash", str(SCRIPT), *args], cwd=REPO, env={**mpi_env(), **(env or {})},
                           capture_output=True, text=True, timeout=timeout_s)
 
 
 @dataclass
-class Job:
-    rc: int
-    log: str
-    job_id: str
-
-
-@dataclass
 class Cluster:
-    work: Path  # a directory of this session every node sees (under the repository's results/)
+    """The running cluster, and a directory of this session every node sees (under results/)."""
 
-    def sbatch(self, name: str, args: list[str], env: dict[str, str] | None = None, timeout_s: float = 420) -> Job:
-        """Submit on the login node and wait for the job's end (through requeues); its output goes to
-        <work>/<name>.out. Polled every second: `sbatch --wait` notices an end up to 32 s late."""
-        log = self.work / f"{name}.out"
-        submitted = cluster_sh("run", "--", "sbatch", "--parsable", f"--output={log}", *args, env=env)
-        assert submitted.returncode == 0, submitted.stderr
-        job_id = submitted.stdout.strip().split(";")[0]
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            state = cluster_sh("run", "--", "scontrol", "show", "job", "-o", job_id).stdout
-            found = dict(field.split("=", 1) for field in state.split() if "=" in field)
-            if found.get("JobState") in ENDED:
-                rc = int(found["ExitCode"].split(":")[0]) or (0 if found["JobState"] == "COMPLETED" else 1)
-                return Job(rc, log.read_text() if log.exists() else "", job_id)
-            time.sleep(1)
-        cluster_sh("run", "--", "scancel", job_id)
-        pytest.fail(f"job {name} ({job_id}) did not finish in {timeout_s} s:\n{log.read_text() if log.exists() else ''}")
+    work: Path
+
+    def submit(self, name: str, args: list[str], env: dict[str, str] | None = None) -> str:
+        """Submit on the login node, output to <work>/<name>.out; the job id."""
+        return slurm.submit(args, prefix=LOGIN, log=self.log(name), cwd=REPO, env={**mpi_env(), **(env or {})})
+
+    def wait(self, name: str, job_id: str, timeout_s: float = JOB_TIMEOUT_S,
+             on_poll: Callable[[dict[str, str]], None] | None = None) -> slurm.JobEnd:
+        """Poll the job every second until it ends (through requeues); cancelled after `timeout_s`."""
+        return slurm.wait(job_id, prefix=LOGIN, log=self.log(name), timeout_s=timeout_s, cwd=REPO, env=mpi_env(),
+                          on_poll=on_poll)
+
+    def sbatch(self, name: str, args: list[str], env: dict[str, str] | None = None,
+               timeout_s: float = JOB_TIMEOUT_S) -> slurm.JobEnd:
+        """Submit and wait for the job's end."""
+        return self.wait(name, self.submit(name, args, env), timeout_s)
+
+    def log(self, name: str) -> Path:
+        """Where the job named `name` writes its output."""
+        return self.work / f"{name}.out"
 
     def counters(self) -> dict[str, tuple[int, int]]:
         """Bytes (received, sent) on each host's link."""
@@ -71,9 +84,45 @@ class Cluster:
         return STATE / "nodes" / node / "tmp"
 
 
+def sent_bytes(before: dict, after: dict, hosts) -> int:
+    """Bytes the hosts' links sent between two `counters()`."""
+    return sum(after[host][1] - before[host][1] for host in hosts)
+
+
+def between_nodes(before: dict, after: dict) -> int:
+    """Bytes the compute nodes sent each other between two `counters()`: all they sent, less what
+    the storage and login nodes received (from them; what those two send each other is small)."""
+    received = {host: after[host][0] - before[host][0] for host in after}
+    nodes = [host for host in after if host.startswith("node")]
+    return sent_bytes(before, after, nodes) - received["fs"] - received["ctl"]
+
+
+def assert_audit_exact(run_dir, epochs: int = EPOCHS, stores: bool = True) -> None:
+    """Every epoch trains on every sample once (the global batch divides SAMPLES) and, where the
+    strategy keeps stores, the stores hold every sample once at the epoch's start."""
+    audit = audit_by_epoch(run_dir)
+    assert sorted(audit) == list(range(epochs))
+    for epoch, rows in audit.items():
+        trained = sorted(i for row in rows for i in row["trained"])
+        assert trained == list(range(SAMPLES)), f"epoch {epoch}: a sample was skipped or trained on twice"
+        if stores:
+            held = sorted(i for row in rows for i in row["held"])
+            assert held == list(range(SAMPLES)), f"epoch {epoch}: a sample is lost or held twice"
+
+
+def assert_same_training(run_dir, reference: list[dict]) -> None:
+    """The run's losses and accuracies are bit-identical to the uninterrupted reference's."""
+    records = {r["epoch"]: r for r in read_jsonl(run_dir / "metrics.jsonl")}
+    assert sorted(records) == list(range(EPOCHS))
+    for before in reference:
+        after = records[before["epoch"]]
+        assert (after["train_loss"], after["val_top1"]) == (before["train_loss"], before["val_top1"])
+
+
 # down before the other tiers run: their single-node Slurm and GlusterFS then meet no cluster daemons
 @pytest.fixture(scope="package")
 def nscluster():
+    """The cluster, brought up for the package's tests (and down after them, if they brought it up)."""
     if os.geteuid() != 0:
         pytest.skip(f"the cluster tests need root to bring up namespace nodes with scripts/cluster.sh "
                     f"(running as uid {os.geteuid()})")
@@ -93,3 +142,37 @@ def nscluster():
     if started:
         down = cluster_sh("down", timeout_s=120)
         assert down.returncode == 0, down.stderr
+
+
+@dataclass
+class Run:
+    """A finished job with its run directory and the links' byte counters around it."""
+
+    job: slurm.JobEnd
+    run_dir: Path
+    before: dict[str, tuple[int, int]]
+    after: dict[str, tuple[int, int]]
+
+
+@pytest.fixture(scope="package")
+def pls_run(nscluster):
+    """2 nodes × 2 ranks, node-scope PLS, uninterrupted; stores kept (LOCAL_DIR set) to be checked:
+    the reference the fault tests' resumed runs must match."""
+    run_dir = nscluster.work / "pls"
+    local = f"/tmp/hpcshuffle-test-{nscluster.work.name}"
+    before = nscluster.counters()
+    job = nscluster.sbatch("pls", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS],
+                           env={"RUN_DIR": str(run_dir), "LOCAL_DIR": local})
+    yield Run(job, run_dir, before, nscluster.counters()), local
+    for node in range(1, NODES + 1):
+        subprocess.run(["rm", "-rf", str(nscluster.node_tmp(f"node{node}") / local.removeprefix("/tmp/"))])
+
+
+@pytest.fixture(scope="package")
+def gs_run(nscluster):
+    """2 nodes × 1 rank of GS: every sample read from the storage node, nothing sent between nodes
+    but gradients (the other strategies' runs of the same shape are held against its link bytes)."""
+    run_dir = nscluster.work / "gs"
+    before = nscluster.counters()
+    job = nscluster.sbatch("gs", GS_ARGS, env={"RUN_DIR": str(run_dir)})
+    return Run(job, run_dir, before, nscluster.counters())

@@ -1,7 +1,7 @@
 """jobs/ and the Hydra Slurm launcher against a real Slurm: jobs are submitted, run, and checked.
 
-Each test waits for its jobs (`sbatch --wait`, or the launcher's own wait) under a timeout, so a
-stuck queue fails the test instead of hanging the suite.
+Each test waits for its jobs under a timeout (hpcshuffle.slurm polls the job every second; the
+launcher has its own wait), so a stuck queue fails the test instead of hanging the suite.
 """
 
 from __future__ import annotations
@@ -13,32 +13,30 @@ import sys
 import pytest
 
 from hpcshuffle.files import read_jsonl
+from hpcshuffle.slurm import JobEnd
+from hpcshuffle.slurm import run as run_job
 from tests.conftest import REPO, audit_by_epoch, mpi_env
 
 pytestmark = pytest.mark.slurm
 SMALL = ["dataset.synthesize.samples=200", "progress=false"]
+JOB_TIMEOUT_S = 300
 
 
-def sbatch(args: list[str], env: dict[str, str] | None = None, timeout_s: float = 600) -> subprocess.CompletedProcess:
-    try:
-        return subprocess.run(["sbatch", "--wait", *args], cwd=REPO, env={**mpi_env(), **(env or {})},
-                              capture_output=True, text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired as err:
-        subprocess.run(["scancel", "--name", "hpcshuffle-train", "--name", "hpcshuffle-sweep"], capture_output=True)
-        pytest.fail(f"sbatch {' '.join(args)} did not finish in {timeout_s} s:\n{err.stdout}\n{err.stderr}")
+def sbatch(args: list[str], log, env: dict[str, str] | None = None) -> JobEnd:
+    """Submit from the repository, output to `log`, and wait for the job's end."""
+    return run_job(args, log=log, cwd=REPO, env={**mpi_env(), **(env or {})}, timeout_s=JOB_TIMEOUT_S)
 
 
 def test_train_sbatch_with_two_tasks(slurm, tmp_path):
     run_dir = tmp_path / "run"
     log = tmp_path / "job.out"
-    result = sbatch(
-        ["--ntasks=2", "--ntasks-per-node=2", "--cpus-per-task=1", f"--output={log}", "jobs/train.sbatch",
+    job = sbatch(
+        ["--ntasks=2", "--ntasks-per-node=2", "--cpus-per-task=1", "jobs/train.sbatch",
          f"dataset.root={tmp_path / 'data'}", "shuffle=partial", "shuffle.q=0.3", "epochs=2", "batch_size=16",
          "audit=true", *SMALL],
-        env={"RUN_DIR": str(run_dir), "LOCAL_DIR": str(tmp_path / "store")},
+        log, env={"RUN_DIR": str(run_dir), "LOCAL_DIR": str(tmp_path / "store")},
     )
-    output = log.read_text() if log.exists() else ""
-    assert result.returncode == 0, output[-3000:] + result.stderr
+    assert job.exit_code == 0, job.log[-3000:]
     records = read_jsonl(run_dir / "metrics.jsonl")
     assert [(r["epoch"], r["workers"]) for r in records] == [(0, 2), (1, 2)], "srun did not start one 2-rank MPI job"
     assert all(r["samples"]["sent"] == r["samples"]["received"] > 0 for r in records)
@@ -82,17 +80,16 @@ def test_sweep_over_workers_and_q(slurm, tmp_path):
     out = REPO / "results" / experiment
     log = tmp_path / "sweep.out"
     try:
-        result = sbatch(
-            ["--ntasks=2", "--ntasks-per-node=2", "--cpus-per-task=1", f"--output={log}", "jobs/sweep_workers_q.sbatch",
+        job = sbatch(
+            ["--ntasks=2", "--ntasks-per-node=2", "--cpus-per-task=1", "jobs/sweep_workers_q.sbatch",
              f"dataset.root={tmp_path / 'data'}", "epochs=1", "batch_size=16", *SMALL],
-            env={"WORKERS": "1 2", "QS": "0 0.3", "GLOBAL": "0", "EXPERIMENT": experiment},
+            log, env={"WORKERS": "1 2", "QS": "0 0.3", "GLOBAL": "0", "EXPERIMENT": experiment},
         )
-        output = log.read_text() if log.exists() else ""
-        assert result.returncode == 0, output[-3000:] + result.stderr
+        assert job.exit_code == 0, job.log[-3000:]
         found = {(r["workers"], r["shuffle"], r["q"]) for path in out.glob("*/metrics.jsonl") for r in read_jsonl(path)}
         assert found == {(1, "local", 0.0), (1, "partial", 0.3), (2, "local", 0.0), (2, "partial", 0.3)}
         with open(out / "summary.csv") as table:
             assert len(list(csv.DictReader(table))) == 4
-        assert "smallest q" in output
+        assert "smallest q" in job.log
     finally:
         subprocess.run(["rm", "-rf", str(out)])

@@ -16,7 +16,9 @@ from hpcshuffle.studies.cluster_platform import rate_bytes_per_s, write_platform
 from hpcshuffle.studies.cluster_runs import cluster_fault
 from hpcshuffle.studies.cluster_tables import comparison_table, scaling_table
 from hpcshuffle.studies.runs import REPO
-from hpcshuffle.studies.sbatch_job import SlurmJob
+from hpcshuffle.studies import sbatch_job
+from hpcshuffle.studies.sbatch_job import SlurmJob, submit_and_wait
+from tests.unit.test_slurm_helper import JOB, stubs  # noqa: F401  (the stub Slurm clients, a fixture)
 
 STATUS = """nodes=3 link=10gbit storage_link=200mbit storage_latency_ms=2 
 ctl    10.203.57.2  holder alive
@@ -83,6 +85,27 @@ def test_a_fault_of_the_cluster_is_told_from_a_failed_run(tmp_path):
         == "a node failure"
     log.write_text("hpcshuffle: error on rank 0: q must be in [0, 1], got 2\n")
     assert cluster_fault(job, log) is None
+
+
+def test_a_job_goes_through_the_login_node_and_is_polled_to_its_end(stubs, tmp_path, monkeypatch):
+    """submit_and_wait drives hpcshuffle.slurm through `cluster.sh run --` (a stand-in that runs the
+    command), with the job's options, and records the other jobs running and its queue time."""
+    login = tmp_path / "cluster.sh"
+    login.write_text('#!/bin/bash\n[ "$1 $2" = "run --" ] && shift 2 && exec "$@"\nexit 9\n')
+    squeue = tmp_path / "bin" / "squeue"
+    squeue.write_text(f'#!/bin/bash\necho "{JOB}|cluster-scaling|node[1-2]"\necho "77|other|node3"\n')
+    squeue.chmod(0o755)
+    calls = stubs("JobState=PENDING ExitCode=0:0",
+                  "JobState=RUNNING SubmitTime=2026-11-26T10:00:00 StartTime=2026-11-26T10:00:07 ExitCode=0:0",
+                  "JobState=FAILED SubmitTime=2026-11-26T10:00:00 StartTime=2026-11-26T10:00:07 ExitCode=2:0")
+    monkeypatch.setattr(sbatch_job, "POLL_S", 0.01)
+    cluster = Cluster(login, {}, 2, broken=("node3",))
+    job = submit_and_wait(cluster, tmp_path / "run", 2, 2, ["epochs=1"])
+    assert (job.job_id, job.state, job.exit_code, job.queued_s) == (JOB, "FAILED", "2:0", 7.0)
+    assert job.others == {"77": "other on node3"}
+    sbatch = calls.read_text().splitlines()[0]
+    assert sbatch.startswith("sbatch --parsable --no-requeue --exclude=node3 --job-name=cluster-scaling --nodes=2 ")
+    assert sbatch.endswith("jobs/train.sbatch epochs=1")
 
 
 def test_the_platform_holds_the_measurements_it_names(tmp_path):
