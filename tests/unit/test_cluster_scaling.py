@@ -11,12 +11,12 @@ import pytest
 from hpcshuffle.plan import run_label
 from hpcshuffle.scale.platform_yaml import load_platform
 from hpcshuffle.studies import cluster as cluster_module
+from hpcshuffle.studies import sbatch_job
 from hpcshuffle.studies.cluster import CLUSTER_SOURCES, Cluster, connect, snapshot
 from hpcshuffle.studies.cluster_platform import rate_bytes_per_s, write_platform
 from hpcshuffle.studies.cluster_runs import cluster_fault
 from hpcshuffle.studies.cluster_tables import comparison_table, scaling_table
 from hpcshuffle.studies.runs import REPO
-from hpcshuffle.studies import sbatch_job
 from hpcshuffle.studies.sbatch_job import SlurmJob, submit_and_wait
 from tests.unit.test_slurm_helper import JOB, stubs  # noqa: F401  (the stub Slurm clients, a fixture)
 
