@@ -18,7 +18,7 @@ from hpcshuffle.studies.cluster_runs import cluster_fault
 from hpcshuffle.studies.cluster_tables import comparison_table, scaling_table
 from hpcshuffle.studies.runs import REPO
 from hpcshuffle.studies.sbatch_job import SlurmJob, submit_and_wait
-from tests.unit.test_slurm_helper import JOB, stubs  # noqa: F401  (the stub Slurm clients, a fixture)
+from tests.unit.conftest import JOB
 
 STATUS = """nodes=3 link=10gbit storage_link=200mbit storage_latency_ms=2 
 ctl    10.203.57.2  holder alive
