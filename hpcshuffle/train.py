@@ -33,6 +33,7 @@ from hpcshuffle.comm.world import (
     config_digest,
     discover,
     init_torch_distributed,
+    leave_at_once,
 )
 from hpcshuffle.config import RunConfig, resolved_yaml
 from hpcshuffle.datapath import RunContext, build_data_path
@@ -282,6 +283,7 @@ def main() -> None:
     # jobs a launcher starts elsewhere (submitit on Slurm) inherit it, so they resolve the same dirs
     os.environ.setdefault(RUN_ID_VARIABLE, run_id)
     hydra_main()
+    leave_at_once()  # a failed run has exited inside hydra_main with its code
 
 
 if __name__ == "__main__":

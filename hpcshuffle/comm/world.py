@@ -11,6 +11,8 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
+import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -212,3 +214,23 @@ def init_torch_distributed(world: World, backend: str, timeout_s: float) -> None
         world_size=world.size,
         timeout=timedelta(seconds=timeout_s),
     )
+
+
+def leave_at_once() -> None:
+    """End this process now that its run has finished cleanly: MPI finalized, output flushed, and
+    no interpreter teardown.
+
+    Unloading the ~2,500 modules a run imports (torch, torchvision, Hydra) costs each rank about a
+    second of CPU: 2 s of every 4-rank job on 2 cores, for nothing. Everything a run writes is
+    closed by then (metrics, checkpoints, stores, wandb). A thread still running other than as a
+    daemon means something was left open: then the process ends the ordinary way, waiting for it
+    as Python would.
+    """
+    if any(thread.is_alive() and not thread.daemon for thread in threading.enumerate()
+           if thread is not threading.main_thread()):
+        return
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if MPI.Is_initialized() and not MPI.Is_finalized():
+        MPI.Finalize()
+    os._exit(0)
