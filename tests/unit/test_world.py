@@ -59,3 +59,26 @@ def test_the_runner_says_it_once_and_exits_2():
     assert result.returncode == 2
     assert result.stderr.strip().startswith("hpcshuffle: error: torchrun started 2 processes")
 
+
+
+LEAVE = """
+import atexit, sys, threading
+from hpcshuffle.comm.world import leave_at_once
+atexit.register(lambda: print("teardown", flush=True))
+if sys.argv[1] == "thread":
+    release = threading.Event()
+    threading.Thread(target=release.wait, daemon=False).start()
+    threading.Timer(0.2, release.set).start()
+print("done", end="")
+leave_at_once()
+print(" returned", end="")
+"""
+
+
+@pytest.mark.parametrize(("case", "output"), [("clean", "done"), ("thread", "done returnedteardown\n")])
+def test_a_finished_run_leaves_at_once_unless_a_thread_still_runs(case, output):
+    """Nothing after leave_at_once runs, not even atexit, but its flushed output arrives; with a
+    non-daemon thread alive it returns and the interpreter ends the ordinary way, waiting for it."""
+    done = subprocess.run([sys.executable, "-c", LEAVE, case], cwd=REPO, env=mpi_env(), capture_output=True,
+                          text=True, timeout=60)
+    assert (done.returncode, done.stdout) == (0, output), done.stderr
