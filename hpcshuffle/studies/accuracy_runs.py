@@ -5,7 +5,6 @@ run's plan replayed from its config: its training labels, its label skew per epo
 
 from __future__ import annotations
 
-import os
 import shutil
 import statistics
 import subprocess
@@ -19,7 +18,12 @@ import yaml
 from hpcshuffle.analysis.labels import balanced_labels, plan_quality, predict_q
 from hpcshuffle.formats import digits, get_format
 from hpcshuffle.plan import PlanSpec, get_strategy
-from hpcshuffle.studies.runs import REPO, records, strategy_overrides
+from hpcshuffle.studies.runs import (
+    REPO,
+    launch_environment,
+    records,
+    strategy_overrides,
+)
 
 
 def label(strategy: str) -> str:
@@ -74,7 +78,7 @@ def run_cell(out: Path, partition: str, workers: int, strategy: str, seeds: int,
         f"epochs={epochs}", f"seed={','.join(map(str, todo))}", f"hydra.sweep.dir={cell}",
         "hydra.sweep.subdir=seed${seed}", "checkpoint.every_epochs=0", "progress=false",
     ]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env = launch_environment()
     start = time.perf_counter()
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)
     if result.returncode != 0:

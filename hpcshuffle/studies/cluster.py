@@ -5,7 +5,6 @@ be whole again."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -14,9 +13,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from hpcshuffle.studies.runs import REPO
+from hpcshuffle.studies.runs import REPO, launch_environment
 
-BIN = Path(sys.executable).parent
 PFS = Path("/pfs")  # where scripts/cluster.sh mounts the storage node's volume on every node
 HEAL_S = 600  # how long to wait for the cluster to be whole again after a fault
 FAULT_SIGNS = {"Node failure": "a node failure", "shared storage went away": "shared storage going away",
@@ -44,8 +42,8 @@ class Cluster:
     @staticmethod
     def environment() -> dict[str, str]:
         """This process's environment for a login-node command: this venv first, one thread, no TMPDIR."""
-        env = {key: value for key, value in os.environ.items() if key != "TMPDIR"}  # node-local: the nodes' /tmp
-        env.update(PATH=f"{BIN}:{env['PATH']}", OMP_NUM_THREADS="1")
+        env = launch_environment()
+        env.pop("TMPDIR", None)  # node-local: the nodes' /tmp
         return env
 
     def run(self, *command: str, check: bool = True, show: bool = False) -> subprocess.CompletedProcess:

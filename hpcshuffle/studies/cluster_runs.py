@@ -16,8 +16,9 @@ from pathlib import Path
 from hpcshuffle.analysis.audit import audit_problems
 from hpcshuffle.analysis.report import steady_means
 from hpcshuffle.formats.synthetic import GENERATOR_VERSION
-from hpcshuffle.studies.cluster import BIN, PFS, Cluster, fault_named
+from hpcshuffle.studies.cluster import PFS, Cluster, fault_named
 from hpcshuffle.studies.runs import (
+    BIN,
     REPO,
     completed,
     records,

@@ -16,6 +16,13 @@ from hpcshuffle.files import read_jsonl
 from hpcshuffle.storage.shared_io import shared_volume
 
 REPO = Path(__file__).resolve().parents[2]  # the source checkout: runs start here
+BIN = Path(sys.executable).parent  # this venv's bin: its python, the mpich wheel's mpiexec, hpcshuffle
+
+
+def launch_environment() -> dict[str, str]:
+    """This process's environment for a launched run: this venv's bin first on PATH (its mpiexec and
+    hpcshuffle), and one OpenMP thread a rank."""
+    return {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{BIN}:{os.environ['PATH']}"}
 
 
 def strategy_overrides(strategy: str) -> list[str]:
@@ -90,7 +97,7 @@ def train(run_dir: Path, overrides: list[str], epochs: int, ranks: int = 1, virt
     launcher = ["mpiexec", "-n", str(ranks)] if ranks > 1 else []
     arguments = train_arguments(overrides, epochs, virtual_workers)
     command = [*launcher, sys.executable, "-m", "hpcshuffle.train", *arguments, f"hydra.run.dir={run_dir}"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+    env = launch_environment()
     start = time.perf_counter()
     print(f"  {run_dir}: {' '.join(arguments)}", flush=True)
     result = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True)

@@ -20,7 +20,7 @@ from hpcshuffle.analysis.read_times import summarize, table, with_ratios
 from hpcshuffle.analysis.report import steady_means
 from hpcshuffle.storage.read_latency import FILE_BYTES, POOL_FILES, prepare, probe, warm
 from hpcshuffle.storage.shared_io import mount_of, shared_mount
-from hpcshuffle.studies.cluster import BIN, PFS, connect, snapshot
+from hpcshuffle.studies.cluster import PFS, connect, snapshot
 from hpcshuffle.studies.cluster_runs import (
     BATCH,
     IMAGE_SIZE,
@@ -30,7 +30,7 @@ from hpcshuffle.studies.cluster_runs import (
     measure,
     run_row,
 )
-from hpcshuffle.studies.runs import REPO, strategy_overrides
+from hpcshuffle.studies.runs import BIN, REPO, strategy_overrides
 
 POOL_DIR = "storage_latency"  # under the mount
 
