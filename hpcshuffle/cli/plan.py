@@ -11,10 +11,10 @@ import numpy as np
 from hpcshuffle.analysis.labels import balanced_labels, labels_from_counts, plan_quality
 from hpcshuffle.errors import ConfigError
 from hpcshuffle.plan import (
-    PARTITIONS,
     STRATEGIES,
     EpochPlan,
     PlanSpec,
+    check_partition,
     get_strategy,
     plan_epochs,
 )
@@ -32,8 +32,10 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     plan.add_argument("--seed", type=int, default=0)
     plan.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
                       help="ranks sharing a node's partition (storage.scope=node); 1: rank scope")
-    plan.add_argument("--partition", choices=PARTITIONS, default="random",
-                      help="how the first partition is cut (storage.partition; default random)")
+    plan.add_argument("--partition", type=partition_arg, default="random",
+                      help="how the first partition is cut (storage.partition): random (default), contiguous, "
+                           "dirichlet-α or classes_per_worker-k, which need the labels (--classes, --label-counts, "
+                           "--dataset)")
     plan.add_argument("--shard-samples", type=int, default=1, metavar="G",
                       help="partition and exchange whole shards of G samples (shuffle.unit=shard); 1: samples")
     plan.add_argument("--buffer", type=int, default=0, metavar="B",
@@ -66,14 +68,23 @@ def cmd_plan(args: argparse.Namespace) -> None:
         args.samples = listed.size
     if args.samples is None:
         raise ConfigError("give N with --samples, or --dataset ROOT to list it")
+    labels = listed if listed is not None else quality_labels(args)
     spec = PlanSpec(args.samples, args.workers, args.batch, q, args.seed, args.ranks_per_node, args.partition,
-                    args.shard_samples, args.buffer)
+                    args.shard_samples, args.buffer, labels)
     if args.quality:
-        quality = plan_quality(spec, args.shuffle, args.epochs, listed if listed is not None else quality_labels(args))
+        quality = plan_quality(spec, args.shuffle, args.epochs, labels)
         print(json.dumps({"epochs": quality}) if args.json else quality_table(quality))
         return
     plans = list(plan_epochs(spec, args.shuffle, args.epochs))
     print(plan_json(plans) if args.json else plan_summary(plans))
+
+
+def partition_arg(text: str) -> str:
+    """--partition's value, checked (plan.check_partition) so a typo is refused with the choices."""
+    try:
+        return check_partition(text)
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(str(err)) from err
 
 
 def dataset_labels(root: str, format_name: str, quality: bool) -> np.ndarray:

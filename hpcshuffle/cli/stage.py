@@ -8,9 +8,9 @@ from collections.abc import Iterable
 from contextlib import ExitStack
 from pathlib import Path
 
+from hpcshuffle.cli.plan import partition_arg
 from hpcshuffle.plan import (
     HOME_SHARED,
-    PARTITIONS,
     STRATEGIES,
     PlanSpec,
     Strategy,
@@ -37,7 +37,7 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     stage.add_argument("--seed", type=int, default=0, help="the training run's seed")
     stage.add_argument("--ranks-per-node", type=int, default=1, metavar="R",
                        help="the training run's ranks sharing a node's partition (storage.scope=node); 1: rank scope")
-    stage.add_argument("--partition", choices=PARTITIONS, default="random",
+    stage.add_argument("--partition", type=partition_arg, default="random",
                        help="the training run's storage.partition (default random)")
     stage.add_argument("--format", choices=sorted(FORMATS), default="imagefolder")
     stage.add_argument("--split", default=None, help="default: the format's training split")
@@ -63,7 +63,7 @@ def cmd_stage(args: argparse.Namespace) -> None:
     world = discover()
     catalog = on_root(world, lambda: dataset_format.scan(Path(args.src), split), ValueError, OSError)
     spec = PlanSpec(len(catalog), args.workers, batch_size=1, q=q, seed=args.seed, ranks_per_node=args.ranks_per_node,
-                    partition=args.partition)
+                    partition=args.partition, labels=catalog.labels)
     if world.size > 1:
         if world.size != args.workers:
             raise ValueError(f"--workers {args.workers} but this job has {world.size} MPI ranks; they must match")

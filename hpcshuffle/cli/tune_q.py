@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from hpcshuffle.analysis.labels import predict_q
-from hpcshuffle.cli.plan import quality_labels
+from hpcshuffle.cli.plan import partition_arg, quality_labels
 from hpcshuffle.cli.report import expand_runs, write_csv
-from hpcshuffle.plan import PARTITIONS, PlanSpec
+from hpcshuffle.plan import PlanSpec
 
 
 def add_parser(commands: argparse._SubParsersAction) -> None:
@@ -38,7 +38,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     predict.add_argument("--label-counts", metavar="FILE", help="a JSON list of per-class counts in class order")
     predict.add_argument("--workers", type=int, nargs="+", metavar="M", help="worker counts")
     predict.add_argument("--batch", type=int, default=32, help="b, samples per worker per step (default: 32)")
-    predict.add_argument("--partition", choices=PARTITIONS, default="random", help="the first partition's cut")
+    predict.add_argument("--partition", type=partition_arg, default="random",
+                         help="the first partition's cut: random (default), contiguous, dirichlet-α, classes_per_worker-k")
     predict.add_argument("--epochs", type=int, default=12, help="epochs planned (default: 12)")
     predict.add_argument("--by-epoch", type=int, default=None, help="the epoch judged (default: the last)")
     predict.add_argument("--qs", type=float, nargs="+", default=[0.0, 0.1, 0.3, 0.6, 1.0],
@@ -84,7 +85,8 @@ def predictions(args: argparse.Namespace) -> list[dict]:
     if missing:
         raise ValueError(f"--predict needs {', '.join(missing)}")
     labels = quality_labels(args)
-    return [predict_q(PlanSpec(args.samples, workers, args.batch, 0.0, args.seed, partition=args.partition),
+    return [predict_q(PlanSpec(args.samples, workers, args.batch, 0.0, args.seed, partition=args.partition,
+                               labels=labels),
                       args.epochs, labels, args.qs, args.skew_tolerance, args.by_epoch) for workers in args.workers]
 
 

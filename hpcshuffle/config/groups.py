@@ -14,7 +14,7 @@ from typing import Any, Optional
 
 from hpcshuffle.errors import ConfigError, at_least, positive
 from hpcshuffle.formats.codec import DatasetOptions
-from hpcshuffle.plan import PARTITIONS, STRATEGIES, Strategy, get_strategy
+from hpcshuffle.plan import STRATEGIES, Strategy, check_partition, get_strategy
 
 SCOPES = ("auto", "node", "rank")
 UNITS = ("sample", "shard")
@@ -125,7 +125,8 @@ class StorageConfig:
             seen as several nodes, for tests and demos); None: the nodes MPI reports.
         partition: how the first partition is cut: "random" (a seeded shuffle of the sample ids)
             or "contiguous" (consecutive id ranges, as a stager that hands each node a range of the
-            listing would; ImageFolder's ids run class by class, so each rank starts with a few classes).
+            listing would; ImageFolder's ids run class by class, so each rank starts with a few classes),
+            or a label-skewed split: "dirichlet-α" or "classes_per_worker-k" (plan/skew.py).
     """
 
     local_dir: Path = Path("/tmp/hpcshuffle-store")
@@ -141,8 +142,10 @@ class StorageConfig:
 
     def __post_init__(self) -> None:
         self.local_dir = Path(self.local_dir)
-        if self.partition not in PARTITIONS:
-            raise ConfigError(f"storage.partition must be one of {PARTITIONS}, got {self.partition!r}")
+        try:
+            check_partition(self.partition)
+        except ValueError as err:
+            raise ConfigError(str(err)) from err
         if self.scope not in SCOPES:
             raise ConfigError(f"storage.scope must be one of {SCOPES}, got {self.scope!r}")
         if self.ranks_per_node is not None:

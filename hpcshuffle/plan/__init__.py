@@ -20,6 +20,7 @@ from hpcshuffle.plan.common import (
     Exchange,
     Loans,
     PlanSpec,
+    check_partition,
     initial_partition,
 )
 from hpcshuffle.plan.partial import moves_per_rank
@@ -52,5 +53,5 @@ def plan_epochs(spec: PlanSpec, shuffle: str, epochs: int, start_epoch: int = 0)
 __all__ = [
     "FROM_LOAN", "FROM_SHARED", "FROM_STORE", "HOME_SHARED", "PARTITIONS", "HOME_STORE", "PATH_EXCHANGE", "PATH_LOANS",
     "PATH_SHARED", "PATH_STORE", "STRATEGIES", "EpochPlan", "Exchange", "Loans", "PlanSpec", "Strategy",
-    "get_strategy", "initial_partition", "moves_per_rank", "plan_epochs", "run_label", "with_role",
+    "check_partition", "get_strategy", "initial_partition", "moves_per_rank", "plan_epochs", "run_label", "with_role",
 ]

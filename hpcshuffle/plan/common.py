@@ -8,6 +8,7 @@ node-local stores are only caches of what the plan says a rank holds.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
@@ -15,6 +16,7 @@ import numpy as np
 
 from hpcshuffle.errors import at_least
 from hpcshuffle.plan.shards import buffered_order, dealt_ids
+from hpcshuffle.plan.skew import parse_skew, skewed_order
 
 # Sub-streams of the per-(seed, epoch) random generator, so that adding a draw in one place
 # never changes the numbers drawn in another.
@@ -23,11 +25,20 @@ STREAM_ORDER = 1
 STREAM_PICK = 2
 STREAM_DEST = 3
 
-# how the first partition is cut (storage.partition): a seeded random split, or consecutive id
+# how the first partition is cut (storage.partition): a seeded random split, consecutive id
 # ranges, which is what a naive stager gives when it hands each node a range of a listing sorted
-# by class (ImageFolder's ids run class by class)
+# by class (ImageFolder's ids run class by class), or a label-skewed split (plan/skew.py)
 RANDOM, CONTIGUOUS = "random", "contiguous"
-PARTITIONS = (RANDOM, CONTIGUOUS)
+PARTITIONS = (RANDOM, CONTIGUOUS, "dirichlet-<α>", "classes_per_worker-<k>")
+
+
+def check_partition(partition: str) -> str:
+    """`partition` if it names a first partition (PARTITIONS); else ValueError naming the choices."""
+    if partition not in (RANDOM, CONTIGUOUS) and parse_skew(partition) is None:
+        raise ValueError(f"storage.partition must be one of {', '.join(PARTITIONS)}, got {partition!r}: random cuts "
+                         "a seeded shuffle of the ids, contiguous consecutive id ranges, dirichlet-α and "
+                         "classes_per_worker-k label-skewed splits (e.g. dirichlet-0.1, classes_per_worker-2)")
+    return partition
 
 # where a rank gets the sample at a position of its epoch order (`EpochPlan.sources`); a data
 # path may serve FROM_SHARED from a closer copy (a node replica, a planned cache)
@@ -48,11 +59,12 @@ class PlanSpec:
             Ranks r with the same r // R are one node: the partition is a node's, dealt afresh to
             its ranks every epoch, and only moves between nodes are planned. With R = 1 every
             plan is exactly the rank-scope plan.
-        partition: how the epoch-0 partition is cut, RANDOM or CONTIGUOUS (`initial_partition`).
+        partition: how the epoch-0 partition is cut, one of PARTITIONS (`initial_partition`).
         shard_samples: G, samples per shard of a packed dataset (shard j is ids [jG, (j+1)G));
             G > 1 partitions and exchanges whole shards (plan/shards.py); 1 plans single samples.
         shuffle_buffer: B, samples in the shuffle buffer through which a node reads its shards
             each epoch (plan/shards.py); 0 shuffles everything the node holds.
+        labels: per sample id, its class; only a label-skewed partition (plan/skew.py) reads them.
     """
 
     num_samples: int
@@ -64,13 +76,20 @@ class PlanSpec:
     partition: str = RANDOM
     shard_samples: int = 1
     shuffle_buffer: int = 0
+    labels: Sequence[int] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         at_least("samples per shard", self.shard_samples)
         at_least("the shuffle buffer", self.shuffle_buffer, 0)
-        if self.partition not in PARTITIONS:
-            raise ValueError(f"storage.partition must be one of {PARTITIONS}, got {self.partition!r}: random cuts a "
-                             "seeded shuffle of the ids, contiguous consecutive id ranges")
+        if parse_skew(check_partition(self.partition)):
+            if self.labels is None or len(self.labels) != self.num_samples:
+                have = "none" if self.labels is None else f"{len(self.labels)}"
+                raise ValueError(f"storage.partition={self.partition} splits by class, so the plan needs the class "
+                                 f"of each of the {self.num_samples} samples, but it was given {have}: use a dataset "
+                                 "whose listing carries its labels (not deepcam), or a random or contiguous partition")
+            if self.shard_samples > 1:
+                raise ValueError(f"storage.partition={self.partition} splits single samples by class; whole shards "
+                                 "mix classes: use shuffle.unit=sample, or a random or contiguous partition")
         at_least("workers", self.num_ranks)
         if self.ranks_per_node < 1 or self.num_ranks % self.ranks_per_node:
             raise ValueError(
@@ -294,11 +313,13 @@ def epoch_rng(seed: int, epoch: int, stream: int) -> np.random.Generator:
 
 
 def initial_partition(spec: PlanSpec) -> list[np.ndarray]:
-    """Split a seeded permutation of 0..N-1 (CONTIGUOUS: 0..N-1 in order) into one part per node,
-    then each node's part into one per rank; parts of one level differ in size by at most 1.
-    Returns the ranks' sorted parts."""
+    """Split a seeded permutation of 0..N-1 (CONTIGUOUS: 0..N-1 in order; a label-skewed partition:
+    plan/skew.py's order) into one part per node, then each node's part into one per rank; parts of
+    one level differ in size by at most 1. Returns the ranks' sorted parts."""
     if spec.partition == CONTIGUOUS:
         ids = np.arange(spec.num_samples, dtype=np.int64)
+    elif spec.partition != RANDOM:
+        ids = skewed_order(spec.partition, spec.labels, spec.nodes, epoch_rng(spec.seed, 0, STREAM_PARTITION))
     elif spec.shard_samples > 1:  # whole shards in a random order, cut into runs like the ids
         ids = dealt_ids(spec.num_samples, spec.shard_samples, epoch_rng(spec.seed, 0, STREAM_PARTITION))
     else:

@@ -82,7 +82,10 @@ def test_paper_recipes():
         ("shuffle.buffer=-5", "shuffle.buffer must be >= 0 samples"),
         ("shuffle=global shuffle.unit=shard", "but shuffle=global trains on global batches: use shuffle=local or partial"),
         ("shuffle=locality shuffle.buffer=64", "but shuffle=locality trains on global batches"),
-        ("storage.partition=sorted", r"storage.partition must be one of \('random', 'contiguous'\), got 'sorted'"),
+        ("storage.partition=sorted", r"storage.partition must be one of random, contiguous, dirichlet-<α>, "
+                                     r"classes_per_worker-<k>, got 'sorted'"),
+        ("storage.partition=dirichlet", "give Dirichlet's concentration α > 0 after the dash, e.g. dirichlet-0.1"),
+        ("storage.partition=classes_per_worker-1.5", "give the classes per worker, a whole number >= 1"),
         ("storage.ranks_per_node=0", "storage.ranks_per_node must be >= 1"),
         ("world.timeout_s=0", r"world.timeout_s must be > 0 seconds .*, got 0"),
         ("world.timeout_s=-5", r"world.timeout_s must be > 0 seconds .*, got -5"),

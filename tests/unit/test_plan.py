@@ -172,7 +172,8 @@ def test_contiguous_partial_shuffling_spreads_the_ranges():
 
 
 def test_spec_rejects_an_unknown_partition():
-    with pytest.raises(ValueError, match=r"storage.partition must be one of \('random', 'contiguous'\), got 'sorted'"):
+    with pytest.raises(ValueError, match=r"must be one of random, contiguous, dirichlet-<α>, classes_per_worker-<k>, "
+                                         r"got 'sorted'"):
         PlanSpec(100, 4, 5, partition="sorted")
 
 
