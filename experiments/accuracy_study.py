@@ -28,6 +28,8 @@ study's JSON with `--into`, keyed `<dataset>/<norm>`; every row, cell and run na
 from __future__ import annotations
 
 import argparse
+import json
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -36,6 +38,7 @@ from pathlib import Path
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import study_table, summary
 from hpcshuffle.analysis.tune import tune_q, tune_table
+from hpcshuffle.cli.plan import partition_arg
 from hpcshuffle.studies.accuracy_report import (
     SKEW_TOLERANCE,
     figures_of,
@@ -50,6 +53,7 @@ from hpcshuffle.studies.accuracy_runs import (
     cell_dir,
     has_partition,
     predicted_q,
+    preregistered,
     run_cell,
     strategy_of,
     with_label_skew,
@@ -76,12 +80,16 @@ STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "p
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--workers", type=int, nargs="+", default=[16, 64], metavar="M")
-    parser.add_argument("--partitions", nargs="+", default=["random", "contiguous"], choices=["random", "contiguous"])
+    parser.add_argument("--partitions", nargs="+", default=["random", "contiguous"], type=partition_arg,
+                        help="storage.partition of each cell: random, contiguous, dirichlet-α, classes_per_worker-k")
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=3, help="seeds per point, 0..SEEDS-1 (at least 2)")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="synthetic",
                         help="synthetic (default): 4,096 images of 20 close classes; digits: real handwritten digits")
+    parser.add_argument("--global-batch", type=int, default=None, metavar="B",
+                        help="keep the global batch at B for every M (batch_size=B/M, so every M takes the same "
+                             "steps an epoch); default: batch_size=8 at every M")
     parser.add_argument("--jobs", type=int, default=2, help="cells trained at a time (default: 2)")
     parser.add_argument("--out", default="results/experiments/accuracy_study", help="run directories go here")
     parser.add_argument("--json", default=None, help="default: <out>.json")
@@ -89,6 +97,10 @@ def main() -> None:
     parser.add_argument("--into", default=None, metavar="JSON",
                         help="also file this study under JSON's `variants`, as <dataset>/<norm> (a variant of a "
                              "main study: another dataset or model.norm)")
+    parser.add_argument("--preregister", default=None, metavar="JSON",
+                        help="train nothing: write what the plans alone predict for every cell that holds a partition "
+                             "(tune-q --predict's q, the strategies ranked by label skew) to JSON, to commit before "
+                             "any of those cells is trained; a cell that has runs already is left out")
     parser.add_argument("overrides", nargs="*",
                         help="Hydra overrides for every run, after the study's defaults (a later one wins)")
     args = parser.parse_args()
@@ -104,19 +116,28 @@ def main() -> None:
     # one spelling per q (partial-1.0 is partial-1), so run directories and figures agree
     args.strategies = [strategy_of({"strategy": "partial", "q": float(s.removeprefix("partial-"))})
                        if s.startswith("partial-") else s for s in args.strategies]
+    for workers in args.workers if args.global_batch else []:
+        if args.global_batch % workers:
+            parser.error(f"--global-batch {args.global_batch} does not split over {workers} workers; "
+                         "pick a multiple of every --workers")
     out = Path(args.out)
     figures = Path(args.figures) if args.figures else out / "figures"
     figures.mkdir(parents=True, exist_ok=True)
     overrides = [*DATASETS[args.dataset], *DEFAULT_OVERRIDES, *args.overrides]
 
     first = args.partitions[0]
+    if args.preregister:
+        write_preregistration(Path(args.preregister), args, overrides, out)
+        return
     cells = list(dict.fromkeys((p if has_partition(s) else first, m, s)
                                for p in args.partitions for m in args.workers for s in args.strategies))
     print(f"accuracy study: {len(cells)} cells × {args.seeds} seeds, {args.epochs} epochs, {args.jobs} at a time "
           f"-> {out}", flush=True)
     start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_cell, out, p, m, s, args.seeds, args.epochs, overrides) for p, m, s in cells]
+        futures = [pool.submit(run_cell, out, p, m, s, args.seeds, args.epochs,
+                               [*overrides, f"batch_size={args.global_batch // m}"] if args.global_batch else overrides)
+                   for p, m, s in cells]
         for done, future in enumerate(futures, 1):
             try:
                 print(f"[{done}/{len(cells)}] {future.result()}", flush=True)
@@ -148,6 +169,35 @@ def main() -> None:
     print(text)
     (figures / "accuracy_study.txt").write_text(text + "\n")
     print(f"wrote {json_path} and the figures under {figures}")
+
+
+def write_preregistration(path: Path, args: argparse.Namespace, overrides: list[str], out: Path) -> None:
+    """The plans' predictions for every (partition, M) of the study, before any of its runs exist."""
+    held = [s for s in args.strategies if has_partition(s)]
+    cells, skipped = [], []
+    for partition in args.partitions:
+        for workers in args.workers:
+            if any(cell_dir(out, partition, workers, s).exists() for s in held):
+                skipped.append(f"{partition} M={workers}")  # trained already: predicting it now would be hindsight
+                continue
+            batch = [f"batch_size={args.global_batch // workers}"] if args.global_batch else []
+            cells.append(preregistered([*overrides, *batch], partition, workers, args.epochs, args.strategies,
+                                       SKEW_TOLERANCE))
+            print(f"{partition} M={workers}: q={cells[-1]['predicted_q']}, "
+                  f"order {' > '.join(cells[-1]['predicted_order'])}", flush=True)
+    if skipped:
+        print(f"not pre-registered, they have runs already: {', '.join(skipped)}")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit, "command": sys.argv,
+        "dataset": args.dataset, "overrides": overrides, "epochs": args.epochs, "seeds": args.seeds,
+        "rule": f"q: the smallest candidate whose planned label skew at the last epoch (seed 0's plan) is within "
+                f"{SKEW_TOLERANCE} of global shuffling's (tune-q --predict); order: the strategies by that skew, "
+                "least first, read as best accuracy first; two strategies whose skews differ by less than "
+                f"{SKEW_TOLERANCE} are predicted tied, so that pair is claimed neither way",
+        "cells": cells, "skipped_as_trained": skipped}, indent=1) + "\n")
+    print(f"wrote {path}: commit it before training these cells")
 
 
 if __name__ == "__main__":

@@ -14,6 +14,8 @@ from dataclasses import replace
 from pathlib import Path
 
 import yaml
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
 
 from hpcshuffle.analysis.labels import balanced_labels, plan_quality, predict_q
 from hpcshuffle.formats import digits, get_format
@@ -24,6 +26,7 @@ from hpcshuffle.studies.runs import (
     records,
     strategy_overrides,
 )
+from hpcshuffle.train import CONFIG_DIR
 
 
 def label(strategy: str) -> str:
@@ -87,19 +90,19 @@ def run_cell(out: Path, partition: str, workers: int, strategy: str, seeds: int,
     return f"  {cell}: seeds {todo} trained in {time.perf_counter() - start:.0f} s"
 
 
-def training_labels(dataset: dict, samples: int):
+def training_labels(dataset: dict, samples: int | None = None):
     """The training labels in listing order of a run's dataset, from its config alone where it can (no
     image read): the synthetic ImageFolder lists its C balanced classes class by class, digits' split is
-    a function of its seed; any other dataset is listed."""
+    a function of its seed; any other dataset is listed. With `samples`, a run's, they must agree."""
     spec = dataset["synthesize"]
     if dataset["format"] == "digits":
         labels = digits.train_labels(spec["val_fraction"], spec["seed"])
     elif dataset["format"] == "imagefolder" and spec:
-        labels = balanced_labels(samples, spec["classes"])
+        labels = balanced_labels(samples or spec["samples"], spec["classes"])
     else:
         dataset_format = get_format(dataset["format"])
         labels = dataset_format.scan(Path(dataset["root"]), dataset_format.splits[0]).labels
-    if len(labels) != samples:
+    if samples is not None and len(labels) != samples:
         raise RuntimeError(f"{dataset['root']}: the run trained on {samples} samples but its config lists {len(labels)}")
     return labels
 
@@ -112,7 +115,7 @@ def run_plan(run_dir: Path) -> tuple[PlanSpec, str, int, object]:
     first = run[0]
     labels = training_labels(config["dataset"], first["num_samples"])
     spec = PlanSpec(first["num_samples"], first["workers"], first["batch_size"], first["q"], config["seed"],
-                    first["ranks_per_node"], first["partition"], first["shard_samples"], first["shuffle_buffer"])
+                    first["ranks_per_node"], first["partition"], first["shard_samples"], first["shuffle_buffer"], labels)
     return spec, first["shuffle"], len(run), labels
 
 
@@ -131,6 +134,28 @@ def predicted_q(out: Path, first: str, cell: dict, strategies: list[str], tolera
     candidates = [0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
                   if s == "local" or s.startswith("partial-")]
     return predict_q(replace(spec, seed=0, partition=cell["partition"]), epochs, labels, candidates, tolerance)
+
+
+def composed(overrides: list[str]) -> dict:
+    """The config `python -m hpcshuffle.train` composes from `overrides`, as plain data."""
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.3"):
+        return OmegaConf.to_container(compose(config_name="config", overrides=overrides), resolve=True)
+
+
+def preregistered(overrides: list[str], partition: str, workers: int, epochs: int, strategies: list[str],
+                  tolerance: float) -> dict:
+    """What the plan alone says of a cell before any of it is trained: `tune-q --predict`'s q (seed 0's plan,
+    the study's candidates) and the strategies ranked by their planned final label skew, least first
+    (the measure's predicted order of accuracy, global shuffling among them)."""
+    config = composed([*overrides, f"storage.partition={partition}", f"shuffle.virtual_workers={workers}"])
+    labels = training_labels(config["dataset"])
+    spec = PlanSpec(len(labels), workers, config["batch_size"], 0.0, 0, partition=partition, labels=tuple(labels))
+    candidates = {s: 0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
+                  if s == "local" or s.startswith("partial-")}
+    found = predict_q(spec, epochs, labels, list(candidates.values()), tolerance)
+    skew = {"global": found["global"], **{s: found["skew"][q] for s, q in candidates.items()}}
+    return {"partition": partition, "workers": workers, "batch_size": config["batch_size"], "predicted_q": found["q"],
+            "skew": skew, "predicted_order": sorted(skew, key=skew.get)}
 
 
 def with_label_skew(rows: list[dict], run_dirs: list[Path]) -> list[dict]:
