@@ -45,6 +45,8 @@ from hpcshuffle.studies.accuracy_report import (
     file_variant,
     norm_of,
     prediction_lines,
+    preregistration_check,
+    preregistration_table,
     runs_of,
     stamp,
     write_study,
@@ -101,6 +103,8 @@ def main() -> None:
                         help="train nothing: write what the plans alone predict for every cell that holds a partition "
                              "(tune-q --predict's q, the strategies ranked by label skew) to JSON, to commit before "
                              "any of those cells is trained; a cell that has runs already is left out")
+    parser.add_argument("--preregistered", default=None, metavar="JSON",
+                        help="hold the study against the predictions --preregister wrote before it was trained")
     parser.add_argument("overrides", nargs="*",
                         help="Hydra overrides for every run, after the study's defaults (a later one wins)")
     args = parser.parse_args()
@@ -155,6 +159,8 @@ def main() -> None:
     for cell in result["cells"]:
         found = predicted_q(out, first, cell, args.strategies, SKEW_TOLERANCE)
         cell["predicted_q"], cell["predicted_skew"] = found["q"], {f"{q:g}": v for q, v in found["skew"].items()}
+    if args.preregistered:
+        result["preregistered"] = preregistration_check(result, json.loads(Path(args.preregistered).read_text()))
     variant = stamp(result, args.dataset, norm_of(rows))
     json_path = Path(args.json) if args.json else out.with_suffix(".json")
     write_study(json_path, result)
@@ -165,6 +171,7 @@ def main() -> None:
         f"accuracy study: final validation top-1 % after {args.epochs} epochs, mean and 95 % interval over "
         f"{args.seeds} seeds (M virtual workers)",
         study_table(result), tune_table(tune_q(rows, 1.0)), prediction_lines(result),
+        *([preregistration_table(result["preregistered"])] if args.preregistered else []),
     ])
     print(text)
     (figures / "accuracy_study.txt").write_text(text + "\n")

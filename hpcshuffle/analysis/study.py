@@ -4,8 +4,10 @@ Input is the summary rows of a results tree (`hpcshuffle.analysis.report.collect
 (partition, workers, strategy, q, seed). Per point the final top-1 is averaged over seeds with a
 95 % Student-t interval; a strategy's gap to global shuffling is taken seed by seed (runs of one
 seed share the model's initialisation and the plan's random draws, so the pairing removes that
-part of the noise) and gets its own interval. Every run's gap is set against its final `mixing`
-quality to see whether the metric predicts the loss.
+part of the noise) and gets its own interval; a strategy reaches global shuffling where that
+interval reaches 0 (intervals.reaches_global, the one rule). Every run's gap is set against its final
+`mixing` quality and label skew to see whether the measures predict the loss: Pearson's r and
+Spearman's ρ, over all runs, within each partition and within each strategy family.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from hpcshuffle.analysis.intervals import interval95, pearson, reaches
+from hpcshuffle.analysis.intervals import interval95, pearson, reaches_global, spearman
 from hpcshuffle.analysis.tune import CANDIDATES, run_q
 from hpcshuffle.plan import with_role
 
@@ -99,20 +101,17 @@ def gaps(found: list[Point]) -> list[Gap]:
     return result
 
 
-def smallest_reaching_q(found: list[Point], partition: str, workers: int) -> float | None:
-    """The smallest q on the q axis (local, partial) whose 95 % interval reaches global shuffling's
-    (`reaches`); None without a global point or when none does."""
-    here = [p for p in found if (p.partition, p.workers) == (partition, workers)]
-    base = next((p for p in here if p.strategy == with_role("reference").name), None)
-    if base is None:
-        return None
-    reaching = [p.q for p in here if p.strategy in CANDIDATES and reaches(p.ci95, base.ci95)]
+def smallest_reaching_q(all_gaps: list[Gap], partition: str, workers: int) -> float | None:
+    """The smallest q on the q axis (local, partial) that reaches global shuffling at (partition, workers):
+    its seed-paired gap's 95 % interval reaches 0 (`reaches_global`); None when none does."""
+    reaching = [g.point.q for g in all_gaps if (g.point.partition, g.point.workers) == (partition, workers)
+                and g.point.strategy in CANDIDATES and reaches_global(g.ci95)]
     return min(reaching) if reaching else None
 
 
-def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing") -> list[tuple[float, float, str]]:
+def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing") -> list[tuple[float, float, str, str]]:
     """(the run's `measure`, final top-1 minus the mean of global shuffling's at the same (partition,
-    workers), partition) for every complete run that is not global shuffling's and records `measure`:
+    workers), partition, strategy) for every complete run that is not global shuffling's and records `measure`:
     `mixing` (final pair-mixing quality), `label_skew` (final label skew, analysis/labels.py) or
     `label_skew_early` (its mean over the first quarter of the epochs)."""
     reference = with_role("reference").name
@@ -124,22 +123,24 @@ def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing"
         if (not row["complete"] or row["shuffle"] == reference or base is None or row.get(measure) is None
                 or row["final_score"] is None or run_q(row) is None):
             continue
-        pairs.append((row[measure], row["final_score"] - base, partition))
+        pairs.append((row[measure], row["final_score"] - base, partition, row["shuffle"]))
     return pairs
 
 
-def correlation(pairs: list[tuple[float, float, str]]) -> dict:
-    """Pearson's r of measure against gap over all runs and within each partition; None below 3 runs or
-    where the measure or the gap is one value throughout (r is not defined)."""
-    def r(xy: list[tuple[float, float]]) -> float | None:
-        if len(xy) < 3 or any(len(set(values)) == 1 for values in zip(*xy)):
-            return None
-        return round(pearson(*zip(*xy)), 3)
+def correlation(pairs: list[tuple[float, float, str, str]]) -> dict:
+    """Pearson's r and Spearman's ρ of measure against gap over all runs, within each partition
+    (`by_partition`) and within each strategy family (`by_family`: local, partial); a value is None
+    below 3 runs or where the measure or the gap is one value throughout (not defined)."""
+    def of(xy: list[tuple[float, float]]) -> dict:
+        defined = len(xy) >= 3 and not any(len(set(values)) == 1 for values in zip(*xy))
+        return {"runs": len(xy), "pearson_r": round(pearson(*zip(*xy)), 3) if defined else None,
+                "spearman_rho": round(spearman(*zip(*xy)), 3) if defined else None}
 
-    result = {"runs": len(pairs), "pearson_r": r([(x, y) for x, y, _ in pairs])}
-    for partition in sorted({p for _, _, p in pairs}):
-        result[f"pearson_r_{partition}"] = r([(x, y) for x, y, p in pairs if p == partition])
-    return result
+    return {**of([(x, y) for x, y, _, _ in pairs]),
+            "by_partition": {part: of([(x, y) for x, y, p, _ in pairs if p == part])
+                             for part in sorted({p for _, _, p, _ in pairs})},
+            "by_family": {family: of([(x, y) for x, y, _, f in pairs if f == family])
+                          for family in sorted({f for _, _, _, f in pairs})}}
 
 
 MEASURES = {"mixing": "final mixing quality", "label_skew": "final label skew",
@@ -161,7 +162,7 @@ def summary(rows: list[dict]) -> dict:
             "local_gap": None if local is None else round(local.mean, 3),
             "local_gap_ci95": None if local is None else [round(v, 3) for v in local.ci95],
             "local_gap_excludes_0": None if local is None else local.excludes_zero,
-            "smallest_q_reaching_global": smallest_reaching_q(found, partition, workers),
+            "smallest_q_reaching_global": smallest_reaching_q(all_gaps, partition, workers),
         })
     return {"rows": [p.row() for p in found], "cells": by_cell,
             "gaps": [{"partition": g.point.partition, "workers": g.point.workers, "strategy": g.point.strategy,
@@ -191,15 +192,23 @@ def study_table(result: dict) -> str:
         verdict = "excludes 0" if cell["local_gap_excludes_0"] else "includes 0"
         q = cell["smallest_q_reaching_global"]
         lines.append(head + f"local - global = {cell['local_gap']:+.2f} points, "
-                     f"95 % interval [{low:+.2f}, {high:+.2f}] ({verdict}); "
-                     f"smallest q whose interval reaches global's: {'none' if q is None else f'{q:g}'}")
+                     f"95 % interval [{low:+.2f}, {high:+.2f}] ({verdict}); smallest q reaching global "
+                     f"(paired gap's interval reaches 0): {'none' if q is None else f'{q:g}'}")
     corr = result["quality_vs_gap"]
     for measure, what in MEASURES.items():
         found = corr if measure == "mixing" else corr.get(measure)
-        if not found or found["pearson_r"] is None:
-            continue
-        parts = ", ".join(f"{k.removeprefix('pearson_r_')} {v}" for k, v in found.items()
-                          if k.startswith("pearson_r_") and v is not None)
-        lines.append(f"gap to global vs {what} over {found['runs']} runs: Pearson r = "
-                     f"{found['pearson_r']}" + (f" ({parts})" if parts else ""))
+        if found and found["pearson_r"] is not None:
+            lines.append(correlation_line(f"gap to global vs {what}", found))
     return "\n".join(lines)
+
+
+def correlation_line(what: str, found: dict) -> str:
+    """One correlation as the study prints it: Pearson and Spearman overall, then within each partition
+    and each strategy family."""
+    def pair(entry: dict) -> str:
+        if entry["pearson_r"] is None:
+            return f"undefined ({entry['runs']} runs)"
+        return f"r {entry['pearson_r']:+.2f}, ρ {entry['spearman_rho']:+.2f} ({entry['runs']} runs)"
+
+    within = [f"{name} {pair(entry)}" for group in ("by_partition", "by_family") for name, entry in found[group].items()]
+    return f"{what}: {pair(found)}; within " + "; ".join(within)

@@ -3,8 +3,8 @@
 Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recommend per worker
 count (and first partition) the smallest exchange fraction q whose final validation score is within
 a tolerance of global shuffling's (or, without a global run, of the best run's). Where every point
-has 2 or more seeds, also the smallest q whose 95 % interval reaches global shuffling's (overlaps
-it or lies above: not worse beyond the noise). Which strategies lie on the q axis, which one is
+has 2 or more seeds, also the smallest q that reaches global shuffling by the one rule of
+analysis/intervals.py: the 95 % interval of its gap to global, paired seed by seed, reaches 0. Which strategies lie on the q axis, which one is
 the reference and which the "vs LS" baseline, the strategy table says (`hpcshuffle.plan`).
 """
 
@@ -13,7 +13,12 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from hpcshuffle.analysis.intervals import interval95, reaches
+from hpcshuffle.analysis.intervals import (
+    REACH_TOLERANCE,
+    interval95,
+    paired_gap,
+    reaches_global,
+)
 from hpcshuffle.errors import at_least
 from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
 
@@ -39,6 +44,7 @@ class QRow:
     epoch_s: float | None
     vs_local: float | None  # epoch_s / the baseline's (local shuffling's) epoch_s at the same worker count
     sent_per_epoch: float | None
+    scores: dict[int, float] = field(default_factory=dict)  # final score per seed; {} where a seed repeats
     recommended: bool = False
 
 
@@ -59,7 +65,8 @@ class GroupResult:
     reason: str  # why no q qualifies ("" when one does)
     rows: list[QRow]
     notes: list[str] = field(default_factory=list)
-    reach_q: float | None = None  # smallest candidate q whose interval reaches the global one's
+    reach_q: float | None = None  # smallest candidate q that reaches global (intervals.reaches_global)
+    reach_gap: tuple[float, float, float, int] | None = None  # its paired gap: mean, low, high, seeds
     reach_reason: str = ""  # why there is no reach_q ("" when there is one)
 
 
@@ -121,6 +128,7 @@ def q_rows(runs: list[dict]) -> list[QRow]:
             ci95=interval95(scores, f"{shuffle} q={q:g}")[1:] if len(scores) > 1 else None,
             epoch_s=_mean([run["epoch_s"] for run in same]), vs_local=None,
             sent_per_epoch=_mean([run["sent_per_epoch"] for run in same]),
+            scores=by_seed if len(by_seed := {run["seed"]: run["final_score"] for run in same}) == len(same) else {},
         ))
     baseline = find_row(rows, with_role("baseline").name)
     if baseline is not None and baseline.epoch_s:
@@ -194,20 +202,21 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
 
 
 def reach(group: GroupResult, reference_row: QRow | None, candidates: list[QRow]) -> None:
-    """Set the group's smallest candidate q whose 95 % interval reaches the reference's, or why none."""
+    """Set the group's smallest candidate q that reaches global shuffling (its seed-paired gap's 95 %
+    interval reaches 0, intervals.reaches_global), or why none does."""
     if reference_row is None or not candidates:
         group.reach_reason = "needs a global run and local or partial runs"
         return
-    single = [row for row in [reference_row, *candidates] if row.ci95 is None]
-    if single:
-        group.reach_reason = (f"needs 2 or more seeds per point; {_q_text(single[0])} has 1: sweep seed=0,1,2")
-        return
-    low, high = reference_row.ci95
-    chosen = next((row for row in candidates if reaches(row.ci95, reference_row.ci95)), None)
-    if chosen is None:
-        group.reach_reason = f"no q's interval reaches global's [{low:.2f}, {high:.2f}]: sweep larger q"
-        return
-    group.reach_q = chosen.q
+    for row in candidates:
+        if len(set(row.scores) & set(reference_row.scores)) < 2:
+            group.reach_reason = (f"needs 2 or more seeds run by both {_q_text(row)} and global, one run a seed: "
+                                  "sweep seed=0,1,2 for both")
+            return
+        gap = paired_gap(row.scores, reference_row.scores, f"{row.shuffle} q={row.q:g} - global")
+        if reaches_global(gap[1:3]):
+            group.reach_q, group.reach_gap = row.q, gap
+            return
+    group.reach_reason = "every q's paired gap to global lies below 0 beyond the noise: sweep larger q"
 
 
 def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_incomplete: bool = False) -> TuneResult:
@@ -259,13 +268,12 @@ def recommendation_line(group: GroupResult, tolerance: float) -> str:
 
 
 def reach_line(group: GroupResult) -> str:
-    """The interval rule's answer: printed where every point of the group has 2 or more seeds."""
+    """The paired rule's answer: printed where every point of the group has 2 or more seeds."""
     if group.reach_q is None:
-        return f"workers {group.workers}: no q's 95 % interval reaches global's: {group.reach_reason}"
-    chosen = next(row for row in group.rows if row.q == group.reach_q and row.shuffle in CANDIDATES)
-    low, high = chosen.ci95
-    return (f"workers {group.workers}: smallest q whose 95 % interval reaches global's: q={chosen.q:g} "
-            f"({chosen.final_score:.2f} [{low:.2f}, {high:.2f}])")
+        return f"workers {group.workers}: no q reaches global (paired gap's 95 % interval): {group.reach_reason}"
+    mean, low, high, seeds = group.reach_gap
+    return (f"workers {group.workers}: smallest q reaching global (paired gap's 95 % interval reaches "
+            f"{0 - REACH_TOLERANCE:g}): q={group.reach_q:g}, gap {mean:+.2f} [{low:+.2f}, {high:+.2f}] over {seeds} seeds")
 
 
 def tune_table(result: TuneResult) -> str:

@@ -4,10 +4,11 @@ row, the study's JSON (and a variant filed under a main study's), its figures an
 from __future__ import annotations
 
 import json
+import statistics
 import sys
 from pathlib import Path
 
-from hpcshuffle.analysis.intervals import interval95
+from hpcshuffle.analysis.intervals import interval95, paired_gap, reaches_global
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
 from hpcshuffle.analysis.study import points, quality_vs_gap
 from hpcshuffle.plan import with_role
@@ -118,17 +119,69 @@ def figures_of(result: dict, rows: list[dict], out: Path, partitions: list[str],
         if not found_pairs:
             continue
         corr = result["quality_vs_gap"] if measure == "mixing" else result["quality_vs_gap"][measure]
-        groups = {p: [(x, y) for x, y, part in found_pairs if part == p] for p in partitions}
+        groups = {p: [(x, y) for x, y, part, _ in found_pairs if part == p] for p in partitions}
         plot_scatter(groups, xlabel, "top-1 minus global's mean (points)", figures / name,
-                     title=f"{measure} vs gap to global: Pearson r = {corr['pearson_r']}, {len(found_pairs)} runs")
+                     title=f"{measure} vs gap to global: Pearson r = {corr['pearson_r']}, Spearman ρ = "
+                           f"{corr['spearman_rho']}, {len(found_pairs)} runs")
 
 
 def prediction_lines(result: dict) -> str:
     """Per cell, q from the plan alone (tune-q --predict) beside q from training."""
     lines = [f"q without training (tune-q --predict, label skew at the last epoch within {SKEW_TOLERANCE} of "
-             "global's) against the trained answer (the smallest q whose 95 % interval reaches global's)"]
+             "global's) against the trained answer (the smallest q whose seed-paired gap's 95 % interval reaches 0)"]
     for cell in result["cells"]:
         predicted, trained = (("none" if q is None else f"{q:g}")
                               for q in (cell["predicted_q"], cell["smallest_q_reaching_global"]))
         lines.append(f"{cell['partition']} M={cell['workers']}: predicted q={predicted}, trained q={trained}")
+    return "\n".join(lines)
+
+
+def preregistration_check(result: dict, preregistered: dict) -> dict:
+    """The pre-registered predictions (experiments/accuracy_study.py --preregister) held against the trained
+    cells: per cell the predicted and the trained q (the paired rule), a hit where they agree or the
+    predicted q reaches global shuffling, and per pair of strategies whose planned skews differ by the
+    tolerance or more whether training ranks them as predicted (a pair ranked the other way counts as a
+    miss beyond the noise only where their own paired gap's interval excludes 0)."""
+    scores = {(r["partition"], r["workers"], strategy_of(r)): dict(zip(r["seeds"], r["top1"])) for r in result["rows"]}
+    trained_q = {(c["partition"], c["workers"]): c["smallest_q_reaching_global"] for c in result["cells"]}
+    cells = []
+    for cell in preregistered["cells"]:
+        key = (cell["partition"], cell["workers"])
+        if key not in trained_q:
+            continue
+        mine = {strategy: scores[(*key, strategy)] for strategy in cell["skew"] if (*key, strategy) in scores}
+        predicted = cell["predicted_q"]
+        strategy = None if predicted is None else "local" if predicted == 0 else f"partial-{predicted:g}"
+        reached = strategy in mine and reaches_global(paired_gap(mine[strategy], mine["global"], strategy)[1:3])
+        pairs = [(a, b) for a in mine for b in mine if cell["skew"][b] - cell["skew"][a] >= SKEW_TOLERANCE]
+        against = [(a, b) for a, b in pairs if statistics.fmean(mine[a].values()) < statistics.fmean(mine[b].values())]
+        beyond = [(a, b) for a, b in against if paired_gap(mine[a], mine[b], f"{a} - {b}")[2] < 0]
+        cells.append({"partition": key[0], "workers": key[1], "predicted_q": predicted, "trained_q": trained_q[key],
+                      "q_hit": predicted == trained_q[key] or bool(reached), "predicted_order": cell["predicted_order"],
+                      "trained_order": sorted(mine, key=lambda s: -statistics.fmean(mine[s].values())),
+                      "pairs_claimed": len(pairs), "pairs_against": len(against), "pairs_against_beyond_noise": len(beyond)})
+    return {"cells": cells, "q_hits": sum(c["q_hit"] for c in cells),
+            "pairs_claimed": sum(c["pairs_claimed"] for c in cells),
+            "pairs_against": sum(c["pairs_against"] for c in cells),
+            "pairs_against_beyond_noise": sum(c["pairs_against_beyond_noise"] for c in cells)}
+
+
+def preregistration_table(check: dict) -> str:
+    """`preregistration_check` as the study prints it."""
+    def q(value: float | None) -> str:
+        return "none" if value is None else f"{value:g}"
+
+    lines = ["pre-registered (committed before training) against trained: q by the paired rule (hit: the same q, or "
+             "the predicted q reaches global); order: pairs of strategies whose planned skews differ by "
+             f"{SKEW_TOLERANCE} or more, ranked the other way by training (beyond the noise: their paired gap's "
+             "interval excludes 0)",
+             f"{'partition':<22} {'M':>3} {'q pred':>6} {'q trained':>9} {'hit':>4}  {'pairs against/claimed':>21}  "
+             "trained order (best first)"]
+    for c in check["cells"]:
+        against = f"{c['pairs_against']}/{c['pairs_claimed']} ({c['pairs_against_beyond_noise']} beyond)"
+        lines.append(f"{c['partition']:<22} {c['workers']:>3} {q(c['predicted_q']):>6} {q(c['trained_q']):>9} "
+                     f"{'yes' if c['q_hit'] else 'no':>4}  {against:>21}  {' > '.join(map(label, c['trained_order']))}")
+    lines.append(f"q: {check['q_hits']} of {len(check['cells'])} cells hit; order: {check['pairs_against']} of "
+                 f"{check['pairs_claimed']} claimed pairs ranked the other way, {check['pairs_against_beyond_noise']} "
+                 "of them beyond the noise")
     return "\n".join(lines)

@@ -72,22 +72,33 @@ def test_scale_study_quick_writes_every_figure_and_reuses_its_simulations(tmp_pa
 def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(tmp_path):
     out = tmp_path / "study"
     study_args = ["--workers", "2", "--strategies", "global", "local", "--seeds", "2", "--epochs", "1"]
-    args = ["experiments/accuracy_study.py", *study_args, "--partitions", "random", "contiguous", "--out", str(out),
-            *tiny_dataset(tmp_path), "++dataset.synthesize.seed=0"]
-    first = run(*args)
-    assert "3 cells" in first.stdout and first.stdout.count("seeds [0, 1] trained") == 3  # global has no partition
+    args = ["experiments/accuracy_study.py", *study_args, "--partitions", "random", "contiguous", "dirichlet-0.5",
+            "--out", str(out), *tiny_dataset(tmp_path), "++dataset.synthesize.seed=0"]
+    # the plans' predictions come first, from the configs alone, and name every cell that holds a partition
+    preregistered = tmp_path / "study_preregistered.json"
+    run(*args, "--preregister", str(preregistered))
+    assert not out.exists() or not list(out.rglob("metrics.jsonl"))  # nothing trained
+    cells = json.loads(preregistered.read_text())["cells"]
+    assert [(c["partition"], c["workers"]) for c in cells] == [("random", 2), ("contiguous", 2), ("dirichlet-0.5", 2)]
+    assert all(set(c["predicted_order"]) == {"global", "local"} for c in cells)
+    first = run(*args, "--preregistered", str(preregistered))
+    assert "4 cells" in first.stdout and first.stdout.count("seeds [0, 1] trained") == 4  # global has no partition
     assert (out / "contiguous" / "M2" / "local" / "multirun.yaml").exists()  # Hydra's multirun wrote the cell
     assert not (out / "contiguous" / "M2" / "global").exists()
     study = json.loads((tmp_path / "study.json").read_text())
     rows = {(r["partition"], r["strategy"]): r for r in study["rows"]}
-    assert set(rows) == {(p, s) for p in ("random", "contiguous") for s in ("global", "local")}
+    assert set(rows) == {(p, s) for p in ("random", "contiguous", "dirichlet-0.5") for s in ("global", "local")}
     assert rows["random", "global"]["top1"] == rows["contiguous", "global"]["top1"]  # the same runs
     assert all(r["seeds"] == [0, 1] and (r["dataset"], r["norm"]) == ("synthetic", "worker") for r in rows.values())
     assert all(r["ci95"][0] <= r["top1_mean"] <= r["ci95"][1] for r in study["rows"])
     names = {path.name for path in (out / "figures").iterdir()}
     assert {"accuracy_contiguous_M2.png", "q_recovery_contiguous.png", "quality_vs_gap.png",
             "accuracy_study.txt"} <= names
-    assert "smallest q whose 95 % interval reaches global's" in first.stdout
+    assert "smallest q reaching global (paired gap's 95 % interval reaches 0)" in first.stdout
+    assert "pre-registered (committed before training) against trained" in first.stdout
+    assert len(study["preregistered"]["cells"]) == 3
+    late = run(*args, "--preregister", str(tmp_path / "late.json"))
+    assert "not pre-registered, they have runs already: random M=2, contiguous M=2, dirichlet-0.5 M=2" in late.stdout
 
     # a variant (real digits, BatchNorm over the global batch) is filed under the main study's variants
     variant = run("experiments/accuracy_study.py", *study_args, "--partitions", "contiguous", "--dataset", "digits",
@@ -100,7 +111,7 @@ def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(t
     assert {run["norm"] for run in filed["runs"]} == {"global"} and len(filed["runs"]) == 4
 
     again = run(*args)
-    assert again.stdout.count("2 seeds complete, reused") == 3
+    assert again.stdout.count("2 seeds complete, reused") == 4
     assert "digits/global" in json.loads((tmp_path / "study.json").read_text())["variants"]  # kept
 
 

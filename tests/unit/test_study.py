@@ -1,5 +1,6 @@
 """The accuracy study's statistics: Student-t intervals over seeds, paired gaps to global shuffling,
-the smallest q whose interval reaches global's, the quality-vs-gap correlation, and `tune-q` on a
+the one "reaches global" rule (the paired gap's interval reaches 0), the quality-vs-gap correlations
+(Pearson and Spearman, overall and within partitions and families), and `tune-q` on a
 study's results tree — on fake run directories."""
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ import statistics
 
 import pytest
 
-from hpcshuffle.analysis.intervals import interval95, reaches
+from hpcshuffle.analysis.intervals import interval95, paired_gap, reaches_global
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
@@ -66,21 +67,28 @@ def test_summary_gaps_reach_and_correlation(tmp_path):
     assert cells["contiguous"]["local_gap_ci95"] == pytest.approx([-30 - 4.303 / math.sqrt(3),
                                                                   -30 + 4.303 / math.sqrt(3)], abs=1e-3)
     assert cells["contiguous"]["local_gap_excludes_0"] is True
-    # q 0.3's interval [68.5, 73.5] lies below global's [78.5, 83.5]; q 0.6's [76.0, 86.0] overlaps it
+    # q 0.3 is 10 below global at every seed (its paired gap's interval is [-10, -10]); q 0.6's gaps
+    # -1, 0, +1 reach 0
     assert cells["contiguous"]["smallest_q_reaching_global"] == 0.6
     assert cells["random"]["local_gap_excludes_0"] is False
     assert cells["random"]["smallest_q_reaching_global"] == 0.0
     assert result["quality_vs_gap"]["runs"] == 15  # every run but global's
     assert result["quality_vs_gap"]["pearson_r"] == pytest.approx(1.0)
+    assert result["quality_vs_gap"]["spearman_rho"] == pytest.approx(1.0)
     text = study_table(result)
     assert "contiguous M=16: local - global = -30.00 points" in text and "(excludes 0)" in text
-    assert "smallest q whose interval reaches global's: 0.6" in text
+    assert "smallest q reaching global (paired gap's interval reaches 0): 0.6" in text
+    assert "gap to global vs final mixing quality: r +1.00, ρ +1.00 (15 runs); within contiguous" in text
 
 
-def test_a_q_above_global_beyond_the_noise_reaches_it(tmp_path):
-    # as contiguous M = 16 in results/reference: q 0.1 beats global with no overlap, and counts
-    assert reaches((94.9, 95.9), (89.6, 91.4)) and reaches((76.0, 86.0), (78.5, 83.5))
-    assert not reaches((68.5, 73.5), (78.5, 83.5))
+def test_reaching_global_is_the_paired_gap_reaching_0(tmp_path):
+    # unpaired, q's [83.0, 87.0] and global's [84.5, 89.5] overlap; paired, q is 2 below at every seed
+    mean, low, high, seeds = paired_gap({0: 84.0, 1: 86.0, 2: 85.0, 7: 99.0}, {0: 86.0, 1: 88.0, 2: 87.0}, "q")
+    assert (mean, low, high, seeds) == (-2.0, -2.0, -2.0, 3) and not reaches_global((low, high))
+    assert reaches_global((-3.0, 0.0)) and reaches_global((4.3, 5.5)) and reaches_global((-3.0, -0.5), tolerance=1.0)
+    with pytest.raises(ValueError, match=r"needs at least 2 seeds, got 1"):
+        paired_gap({0: 1.0, 1: 2.0}, {1: 2.0, 2: 3.0}, "q")
+    # as contiguous M = 16 of the synthetic study: q 0.1 beats global at every seed, and counts
     for shuffle, q, finals in (("global", 1.0, [90.0, 91.0, 90.5]), ("local", 0.0, [25.0, 28.0, 22.0]),
                                ("partial", 0.1, [95.0, 95.5, 95.2])):
         for seed, final in enumerate(finals):
@@ -103,9 +111,9 @@ def test_tune_q_prints_the_interval_rule_per_partition_and_workers(tmp_path, cap
     main(["tune-q", str(root)])
     out = capsys.readouterr().out
     assert "-- model resnet50, dataset imagefolder, partition contiguous" in out
-    assert ("partition contiguous, workers 16: smallest q whose 95 % interval reaches global's: q=0.6 "
-            "(81.00 [76.03, 85.97])") in out
-    assert "partition random, workers 16: smallest q whose 95 % interval reaches global's: q=0 " in out
+    assert ("partition contiguous, workers 16: smallest q reaching global (paired gap's 95 % interval reaches 0): "
+            "q=0.6, gap +0.00 [-2.48, +2.48] over 3 seeds") in out
+    assert "partition random, workers 16: smallest q reaching global (paired gap's 95 % interval reaches 0): q=0," in out
     # the tolerance rule still answers: within 1.0 of 81.00 means >= 80.00
     assert "partition contiguous, workers 16: smallest q within 1.00 of global (81.00): q=0.6 (81.00)" in out
 
@@ -120,8 +128,15 @@ def test_tune_q_with_one_seed_says_why_there_is_no_interval(tmp_path, capsys):
 
 
 def test_correlation_is_none_where_r_is_not_defined():
-    constant_gap = [(0.1, 0.0, "random"), (0.2, 0.0, "random"), (0.3, 0.0, "random")]
-    assert correlation(constant_gap) == {"runs": 3, "pearson_r": None, "pearson_r_random": None}
-    two = [(0.1, -5.0, "contiguous"), (0.5, -50.0, "contiguous")]
+    constant_gap = [(0.1, 0.0, "random", "local"), (0.2, 0.0, "random", "partial"), (0.3, 0.0, "random", "partial")]
+    undefined = {"runs": 3, "pearson_r": None, "spearman_rho": None}
+    assert correlation(constant_gap) == {**undefined, "by_partition": {"random": undefined},
+                                         "by_family": {"local": {**undefined, "runs": 1},
+                                                       "partial": {**undefined, "runs": 2}}}
+    two = [(0.1, -5.0, "contiguous", "local"), (0.5, -50.0, "contiguous", "local")]
     found = correlation(constant_gap + two)
-    assert found["pearson_r_contiguous"] is None and found["pearson_r"] == -0.839  # over all 5 runs
+    assert found["by_partition"]["contiguous"]["pearson_r"] is None and found["pearson_r"] == -0.839  # all 5 runs
+    # ranks, ties at their mean: x 1.5, 3, 4, 1.5, 5 against gaps 4, 4, 4, 2, 1
+    assert found["spearman_rho"] == -0.344
+    # local: x ranks 1.5, 1.5, 3 against gap ranks 3, 2, 1: -1.5 / √(1.5 · 2)
+    assert found["by_family"]["local"] == {"runs": 3, "pearson_r": -0.996, "spearman_rho": -0.866}
