@@ -85,8 +85,10 @@ class PlanSpec:
             if self.labels is None or len(self.labels) != self.num_samples:
                 have = "none" if self.labels is None else f"{len(self.labels)}"
                 raise ValueError(f"storage.partition={self.partition} splits by class, so the plan needs the class "
-                                 f"of each of the {self.num_samples} samples, but it was given {have}: use a dataset "
-                                 "whose listing carries its labels (not deepcam), or a random or contiguous partition")
+                                 f"of each of the {self.num_samples} samples, but it was given {have}: train on a "
+                                 "dataset whose listing holds one class a sample (not deepcam or packed_h5), give "
+                                 "`hpcshuffle plan` --classes, --label-counts or --dataset, or use a random or "
+                                 "contiguous partition")
             if self.shard_samples > 1:
                 raise ValueError(f"storage.partition={self.partition} splits single samples by class; whole shards "
                                  "mix classes: use shuffle.unit=sample, or a random or contiguous partition")

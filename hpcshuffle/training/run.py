@@ -26,7 +26,7 @@ def plan_spec(world: World, config: RunConfig, catalog: Catalog, workers: int) -
     try:
         spec = PlanSpec(len(catalog), workers, config.batch_size, config.shuffle.q, config.seed,
                         ranks_per_node, config.storage.partition, shard_samples(config, catalog),
-                        config.shuffle.buffer, catalog.labels)
+                        config.shuffle.buffer, catalog.labels if get_format(config.dataset.format).class_labels else None)
         next(plan_epochs(spec, config.shuffle.name, 1))  # a plan that cannot be made fails here, named
     except (ValueError, DatasetError) as err:
         raise ConfigError(str(err), collective=True) from err

@@ -18,10 +18,12 @@ from mpi4py import MPI
 
 from hpcshuffle.comm.world import World
 from hpcshuffle.errors import ConfigError
-from hpcshuffle.formats.catalog import DatasetError
+from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.train import CONFIG_DIR, run
 from hpcshuffle.training.checkpoint import Preemption
+from hpcshuffle.training.run import plan_spec
 from tests.conftest import SMALL_SAMPLES, train_args
+from tests.unit.test_config import run_config
 
 ONE_RANK = World(rank=0, size=1, local_rank=0, local_size=1, node_ranks=(0,), hostname=socket.gethostname(),
                  comm=MPI.COMM_SELF)
@@ -69,3 +71,16 @@ def test_bad_config_is_named(refused, overrides, fragments):
     message = refused(*overrides)
     for fragment in fragments:
         assert fragment in message, f"{fragment!r} not in {message!r}"
+
+
+def test_a_label_skewed_partition_of_a_dataset_without_classes_is_refused(tmp_path):
+    # DeepCAM's listing gives every sample label 0 (its labels are per pixel, in the files): a Dirichlet
+    # split of that would be one class, so the run must refuse it rather than train on it
+    config = run_config("dataset=synthetic_deepcam", "storage.partition=dirichlet-0.1", "batch_size=4")
+    catalog = Catalog(tmp_path, (), tuple(f"{i}.h5" for i in range(40)), (0,) * 40)
+    with pytest.raises(ConfigError, match=r"storage.partition=dirichlet-0.1 splits by class.*not deepcam"):
+        plan_spec(ONE_RANK, config, catalog, workers=4)
+    config = run_config("storage.partition=dirichlet-0.1", "batch_size=4")  # an ImageFolder lists its classes
+    catalog = Catalog(tmp_path, ("a", "b", "c", "d"), tuple(f"{i}.png" for i in range(40)),
+                      tuple(i % 4 for i in range(40)))
+    assert plan_spec(ONE_RANK, config, catalog, workers=4).partition == "dirichlet-0.1"
