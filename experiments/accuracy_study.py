@@ -57,6 +57,7 @@ from hpcshuffle.studies.accuracy_runs import (
     predicted_q,
     preregistered,
     run_cell,
+    run_plan,
     strategy_of,
     with_label_skew,
 )
@@ -155,6 +156,7 @@ def main() -> None:
     rows += [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
              for partition in args.partitions[1:]]  # the same runs stand for the other partitions' cells
     result = summary(rows)
+    result["setup"] = setup_of(args, rows, run_dirs[0])
     result["runs"] = runs_of(rows, result)
     for cell in result["cells"]:
         found = predicted_q(out, first, cell, args.strategies, SKEW_TOLERANCE)
@@ -176,6 +178,14 @@ def main() -> None:
     print(text)
     (figures / "accuracy_study.txt").write_text(text + "\n")
     print(f"wrote {json_path} and the figures under {figures}")
+
+
+def setup_of(args: argparse.Namespace, rows: list[dict], run: Path) -> dict:
+    """What the study trained, for its readers: the data, the model, epochs, seeds and batch per M."""
+    labels = run_plan(run)[3]
+    return {"dataset": args.dataset, "samples": len(labels), "classes": len(set(map(int, labels))),
+            "model": rows[0]["model"], "epochs": args.epochs, "seeds": args.seeds,
+            "batch_size": {str(m): next(r["batch_size"] for r in rows if r["workers"] == m) for m in args.workers}}
 
 
 def write_preregistration(path: Path, args: argparse.Namespace, overrides: list[str], out: Path) -> None:

@@ -70,8 +70,8 @@ def file_variant(path: Path, variant: str, result: dict) -> None:
     if not path.exists():
         sys.exit(f"--into {path}: no such study JSON; run the main study first (experiments/reference.sh does)")
     main_study = json.loads(path.read_text())
-    main_study.setdefault("variants", {})[variant] = {key: result[key] for key in ("rows", "cells", "runs",
-                                                                                  "quality_vs_gap")}
+    main_study.setdefault("variants", {})[variant] = {key: result[key] for key in (
+        "setup", "rows", "cells", "gaps", "runs", "quality_vs_gap", "preregistered") if key in result}
     path.write_text(json.dumps(main_study, indent=1) + "\n")
     print(f"filed as {variant} under {path}'s variants")
 
