@@ -1,6 +1,7 @@
 """`hpcshuffle scale`: simulated epochs at scale on SimGrid; `scale calibrate`, `scale validate`.
 
     hpcshuffle scale --platform abci --workers 128 512 --shuffle global local partial --q 0.1 [--json]
+    hpcshuffle scale --platform abci --workers 128 --shuffle global local --seeds 20 [--jobs 2] [--json]
     hpcshuffle scale --platform abci --workers 256 512 1024 --recommend [--tolerance 0.1]
     hpcshuffle scale --platform abci --workers 512 --sensitivity [--q 0.1] [--plot tornado.png] [--json]
     hpcshuffle scale calibrate RUN_DIR... [--out conf/platform/this_machine.yaml]
@@ -14,7 +15,7 @@ import json
 import sys
 
 from hpcshuffle.cli import scale_sensitivity
-from hpcshuffle.plan import STRATEGIES, get_strategy, with_role
+from hpcshuffle.plan import STRATEGIES, get_strategy
 from hpcshuffle.scale.platform_yaml import load_platform
 from hpcshuffle.scale.recommend import (
     DEFAULT_QS,
@@ -22,13 +23,13 @@ from hpcshuffle.scale.recommend import (
     recommendation_table,
     simulate_all,
 )
-from hpcshuffle.scale.scenario import (
-    PHASES,
-    SCOPES,
-    Result,
-    Scenario,
-    check_scenario,
-    result_row,
+from hpcshuffle.scale.scenario import PHASES, SCOPES, Scenario, check_scenario
+from hpcshuffle.scale.seeds import (
+    SeedRuns,
+    baselines,
+    check_seeds,
+    seeds_document,
+    simulate_seeds,
 )
 
 
@@ -43,8 +44,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     scale.add_argument("--recommend", action="store_true",
                        help="per worker count, the largest q whose epoch stays within --tolerance of LS")
     scale.add_argument("--tolerance", type=float, default=0.10, help="allowed slowdown over LS (default 0.10)")
+    scale.add_argument("--seeds", type=int, default=1, metavar="N",
+                       help="simulate each scenario at seeds --seed .. --seed+N-1 and report the median and the "
+                            "10-90 %% range of every phase and ratio (default 1: one draw); a scenario in which "
+                            "nothing is drawn at random is simulated once")
     scale.add_argument("--json", action="store_true",
-                       help='print {"platform", "runs": [...]} (seconds per epoch); with --sensitivity, the study')
+                       help='print {"platform", "seeds", "runs": [...], "scenarios": [...], "ratios": [...]} '
+                            "(seconds per epoch; docs/scale.md); with --sensitivity, the study")
     scale_sensitivity.add_arguments(scale)
     scale.set_defaults(run=cmd_scale)
     actions = scale.add_subparsers(dest="action", required=False)
@@ -60,7 +66,7 @@ def add_simulation_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default="resnet50", help="a key of the platform's models: (default resnet50)")
     parser.add_argument("--dataset", default="imagenet1k", help="a key of the platform's datasets: (default imagenet1k)")
     parser.add_argument("--batch", type=int, default=32, help="b, samples per rank per iteration (default 32)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=int, default=0, help="the (first) seed: with --seeds N, seeds S..S+N-1")
     parser.add_argument("--scope", nargs="+", choices=SCOPES, default=["rank"],
                         help="rank: a partition per rank; node: the platform's ranks_per_node ranks share one "
                              "partition per node, and only inter-node moves cross the network (default rank)")
@@ -72,6 +78,12 @@ def cmd_scale(args: argparse.Namespace) -> None:
     """Simulate the scenarios the flags name and print their table (or JSON), the q recommendation
     (--recommend) or the sensitivity study (--sensitivity, --plot). Every scenario is checked
     before any is simulated."""
+    check_seeds(args.seed, args.seeds)
+    if args.seeds > 1 and (args.sensitivity or args.recommend):
+        study = "--sensitivity" if args.sensitivity else "--recommend"
+        raise ValueError(f"{study} answers at one seed (--seed S), got --seeds {args.seeds}; drop --seeds, or run "
+                         "`hpcshuffle scale --shuffle global local partial --seeds N` for each ratio's median "
+                         "and range over seeds")
     platform = load_platform(args.platform)
     if args.sensitivity or args.plot is not None:
         scale_sensitivity.cmd_sensitivity(args, platform, _progress)
@@ -83,14 +95,14 @@ def cmd_scale(args: argparse.Namespace) -> None:
         scenarios = scenarios_of(args, args.shuffle, args.q or [0.1])
     for scenario in scenarios:
         check_scenario(platform, scenario)  # before hours of simulation, not after
-    results = simulate_all(platform, scenarios, _progress, args.jobs)
     if args.recommend:
-        print(recommendation_table(results, args.tolerance))
+        print(recommendation_table(simulate_all(platform, scenarios, _progress, args.jobs), args.tolerance))
         return
+    runs = simulate_seeds(platform, scenarios, args.seeds, _progress, args.jobs)
     if args.json:
-        print(json.dumps({"platform": platform.name, "runs": [result_row(r) for r in results]}))
+        print(json.dumps(seeds_document(platform.name, args.seeds, runs)))
     else:
-        print(results_table(platform.name, args, results))
+        print(results_table(platform.name, args, runs))
 
 
 def scenarios_of(args: argparse.Namespace, shuffles: list[str], qs: list[float]) -> list[Scenario]:
@@ -113,20 +125,35 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def results_table(platform: str, args: argparse.Namespace, results: list[Result]) -> str:
-    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count and scope."""
-    baseline = {(r.workers, r.scope): r.epoch_s for r in results if r.shuffle == with_role("baseline").name}
+def results_table(platform: str, args: argparse.Namespace, runs: list[SeedRuns]) -> str:
+    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count and scope.
+
+    Over several seeds, the epoch and the ratio are each a median with its [p10, p90] and the phases
+    medians; the `seeds` column counts the simulations (1 where nothing is drawn at random)."""
+    many = args.seeds > 1
+    local = baselines(runs)
+
+    def cell(spread) -> str:
+        return f"{spread.median:.2f}" + (f" [{spread.p10:.2f}, {spread.p90:.2f}]" if many else "")
+
+    over = f"; over seeds {args.seed}..{args.seed + args.seeds - 1}: median [p10, p90], phases median" if many else ""
+    epoch_width, ratio_width = (27, 20) if many else (9, 6)
     lines = [
         f"platform {platform}: {args.model} on {args.dataset}, b={args.batch} per rank; seconds per epoch "
-        "(epoch: slowest rank; phases: mean over ranks)",
-        f"{'workers':>7} {'run':<17} {'iters':>6} {'epoch':>9} " + " ".join(f"{p:>9}" for p in PHASES)
-        + f" {'vs LS':>6} {'sim wall':>9}",
+        f"(epoch: slowest rank; phases: mean over ranks){over}",
+        f"{'workers':>7} {'run':<17} {'iters':>6} {'epoch':>{epoch_width}} " + " ".join(f"{p:>9}" for p in PHASES)
+        + f" {'vs LS':>{ratio_width}}" + (f" {'seeds':>5}" if many else "") + f" {'sim wall':>9}",
     ]
-    for r in results:
-        local = baseline.get((r.workers, r.scope))
-        ratio = f"{r.epoch_s / local:.2f}" if local else "-"
-        lines.append(
-            f"{r.workers:>7} {r.label:<17} {r.iterations:>6} {r.epoch_s:>9.2f} "
-            + " ".join(f"{value:>9.2f}" for value in r.phases().values()) + f" {ratio:>6} {r.wall_s:>8.1f}s"
-        )
+    for run in runs:
+        first, baseline = run.first, local.get((run.first.workers, run.first.scope))
+        ratio = cell(run.ratio(baseline)) if baseline else "-"
+        phases = " ".join(f"{run.spread(f'{phase}_s').median:>9.2f}" for phase in PHASES)
+        epoch = cell(run.spread("epoch_s"))
+        lines.append(f"{first.workers:>7} {first.label:<17} {first.iterations:>6} {epoch:>{epoch_width}} {phases} "
+                     f"{ratio:>{ratio_width}}" + (f" {len(run.results):>5}" if many else "")
+                     + f" {sum(r.wall_s for r in run.results):>8.1f}s")
+    once = [run.first.label for run in runs if run.deterministic]
+    if many and once:
+        lines.append(f"simulated once ({', '.join(once)}): nothing in it is drawn at random on this platform, "
+                     "so every seed gives the same epoch (hpcshuffle.scale.seeds.is_deterministic)")
     return "\n".join(lines)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from hpcshuffle.cli import main
-from hpcshuffle.scale import recommend
+from hpcshuffle.scale import recommend, seeds
 from hpcshuffle.scale.engine import simulate
 from hpcshuffle.scale.platform_yaml import load_platform
 from hpcshuffle.scale.scenario import Scenario, result_row
@@ -21,7 +21,7 @@ TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 # 2,048 samples of the tiny dataset: at 4 workers and b = 8, 64 iterations (≈ 0.2 s simulated each run)
 ON_TINY = ["--platform", str(TINY), "--model", "tiny", "--dataset", "tiny", "--batch", "8"]
 ROW_KEYS = ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope", "io_min_s",
-            "io_max_s"]
+            "io_max_s", "seed"]
 
 
 def scale(capsys, *args: str) -> tuple[str, str]:
@@ -35,7 +35,8 @@ def nothing_simulated(monkeypatch):
     """Fail the test if the command simulates anything."""
     def refuse(platform, scenario):
         raise AssertionError(f"simulated {scenario} before refusing the command")
-    monkeypatch.setattr(recommend, "simulate", refuse)
+    monkeypatch.setattr(recommend, "simulate", refuse)  # --recommend
+    monkeypatch.setattr(seeds, "simulate", refuse)  # the table and --json
 
 
 # ---- --json -----------------------------------------------------------------------------------
@@ -43,8 +44,9 @@ def nothing_simulated(monkeypatch):
 def test_json_has_one_row_per_run_with_exactly_the_documented_keys(capsys):
     out, err = scale(capsys, *ON_TINY, "--workers", "4", "--shuffle", "global", "local", "--json")
     doc = json.loads(out)
-    assert list(doc) == ["platform", "runs"]
+    assert list(doc) == ["platform", "seeds", "runs", "scenarios", "ratios"]
     assert doc["platform"] == "tiny"
+    assert doc["seeds"] == 1
     assert [list(row) for row in doc["runs"]] == [ROW_KEYS, ROW_KEYS]
     runs = [(row["workers"], row["shuffle"], row["q"]) for row in doc["runs"]]
     assert runs == [(4, "global", 1.0), (4, "local", 0.0)]
@@ -52,6 +54,13 @@ def test_json_has_one_row_per_run_with_exactly_the_documented_keys(capsys):
         assert all(isinstance(row[key], float) and row[key] >= 0 for key in ROW_KEYS[3:8])
         assert row["scope"] == "rank"
         assert row["epoch_s"] > 0
+        assert row["seed"] == 0
+    # one seed: each summary is that seed's number, p10 = median = p90
+    (group,) = doc["ratios"]
+    assert group["workers"] == 4 and group["scope"] == "rank" and list(group["ratios"]) == ["global/local"]
+    gs_ls = doc["runs"][0]["epoch_s"] / doc["runs"][1]["epoch_s"]
+    assert group["ratios"]["global/local"] == {"median": gs_ls, "p10": gs_ls, "p90": gs_ls}
+    assert [s["epoch_s"]["median"] for s in doc["scenarios"]] == [row["epoch_s"] for row in doc["runs"]]
     # one progress line per run, on stderr
     assert [line.split(" ", 1)[0] for line in err.splitlines() if line.startswith("[")] == ["[1/2]", "[2/2]"]
 
@@ -60,7 +69,7 @@ def test_json_rows_are_what_simulate_returns(capsys):
     out, _ = scale(capsys, *ON_TINY, "--workers", "4", "--shuffle", "local", "--json")
     (row,) = json.loads(out)["runs"]
     direct = simulate(load_platform(str(TINY)), Scenario(4, "local", 0.0, "tiny", "tiny", 8, 0))
-    assert row == json.loads(json.dumps(result_row(direct)))
+    assert row == {**json.loads(json.dumps(result_row(direct))), "seed": 0}
 
 
 def test_json_has_one_row_per_workers_shuffle_and_q(capsys):
