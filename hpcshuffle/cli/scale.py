@@ -129,7 +129,8 @@ def results_table(platform: str, args: argparse.Namespace, runs: list[SeedRuns])
     """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count and scope.
 
     Over several seeds, the epoch and the ratio are each a median with its [p10, p90] and the phases
-    medians; the `seeds` column counts the simulations (1 where nothing is drawn at random)."""
+    medians; the `seeds` column counts the simulations (1 where nothing is drawn at random) and
+    `sim wall` adds up their real seconds."""
     many = args.seeds > 1
     local = baselines(runs)
 
