@@ -135,10 +135,14 @@ def findings(study: dict, variant: dict | None) -> list[str]:
         lines.append(f"- q = {q.removeprefix('partial-')} reaches GS in {len(reach)} of {len(cells)} cells"
                      + (f"; not in {named(missed)}." if missed else "."))
     check = study["preregistered"]
-    lines.append(f"- **Pre-registered predictions**: q right in {check['q_hits']} of {len(check['cells'])} cells (the "
-                 f"same q as training's, or a q that reaches GS); of {check['pairs_claimed']} pairs of strategies the "
-                 f"plans ranked apart, training ranks {check['pairs_against']} the other way, "
-                 f"{check['pairs_against_beyond_noise']} of them beyond the noise.")
+    misses = [c for c in check["cells"] if not c["q_hit"]]
+    lines.append(f"- **Pre-registered predictions**: q right in {check['q_hits']} of {len(check['cells'])} cells "
+                 f"({check['q_same']} the q training found, {check['q_hits'] - check['q_same']} a larger q that still "
+                 "reaches GS)" + ("; wrong in " + ", ".join(
+                     f"{c['partition']} M = {c['workers']} (predicted {q_text(c['predicted_q'])}, trained "
+                     f"{q_text(c['trained_q'])})" for c in misses) if misses else "")
+                 + f". Of {check['pairs_claimed']} pairs of strategies the plans ranked apart, training ranks "
+                 f"{check['pairs_against']} the other way, {check['pairs_against_beyond_noise']} of them beyond the noise.")
     lines.append(f"- Final label skew against the gap to GS: {correlation_text(study['quality_vs_gap']['label_skew'])}.")
     if variant is not None:
         lost_global = [(c["partition"], c["workers"]) for c in variant["cells"]

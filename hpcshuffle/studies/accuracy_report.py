@@ -161,6 +161,7 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
                       "trained_order": sorted(mine, key=lambda s: -statistics.fmean(mine[s].values())),
                       "pairs_claimed": len(pairs), "pairs_against": len(against), "pairs_against_beyond_noise": len(beyond)})
     return {"cells": cells, "q_hits": sum(c["q_hit"] for c in cells),
+            "q_same": sum(c["predicted_q"] == c["trained_q"] for c in cells),
             "pairs_claimed": sum(c["pairs_claimed"] for c in cells),
             "pairs_against": sum(c["pairs_against"] for c in cells),
             "pairs_against_beyond_noise": sum(c["pairs_against_beyond_noise"] for c in cells)}
@@ -181,7 +182,7 @@ def preregistration_table(check: dict) -> str:
         against = f"{c['pairs_against']}/{c['pairs_claimed']} ({c['pairs_against_beyond_noise']} beyond)"
         lines.append(f"{c['partition']:<22} {c['workers']:>3} {q(c['predicted_q']):>6} {q(c['trained_q']):>9} "
                      f"{'yes' if c['q_hit'] else 'no':>4}  {against:>21}  {' > '.join(map(label, c['trained_order']))}")
-    lines.append(f"q: {check['q_hits']} of {len(check['cells'])} cells hit; order: {check['pairs_against']} of "
+    lines.append(f"q: {check['q_hits']} of {len(check['cells'])} cells hit ({check['q_same']} the same q); order: {check['pairs_against']} of "
                  f"{check['pairs_claimed']} claimed pairs ranked the other way, {check['pairs_against_beyond_noise']} "
                  "of them beyond the noise")
     return "\n".join(lines)

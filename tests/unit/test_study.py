@@ -14,6 +14,7 @@ from hpcshuffle.analysis.intervals import interval95, paired_gap, reaches_global
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
+from hpcshuffle.studies.accuracy_report import preregistration_check
 from tests.unit.test_tune import write_run
 
 # final top-1 per (partition, strategy, q) and seed 0, 1, 2, at M = 16
@@ -140,3 +141,25 @@ def test_correlation_is_none_where_r_is_not_defined():
     assert found["spearman_rho"] == -0.344
     # local: x ranks 1.5, 1.5, 3 against gap ranks 3, 2, 1: -1.5 / √(1.5 · 2)
     assert found["by_family"]["local"] == {"runs": 3, "pearson_r": -0.996, "spearman_rho": -0.866}
+
+
+def test_preregistered_predictions_are_scored_against_the_trained_cells():
+    seeds = [0, 1, 2]
+    finals = {"global": [90.0, 91.0, 92.0], "local": [60.0, 61.0, 62.0], "partial-0.1": [85.0, 86.0, 87.5],
+              "partial-0.3": [89.0, 91.5, 91.5]}
+    rows = [{"partition": "contiguous", "workers": 16, "strategy": strategy, "q": q, "seeds": seeds,
+             "top1": finals[f"partial-{q:g}" if strategy == "partial" else strategy]}
+            for strategy, q in (("global", 1.0), ("local", 0.0), ("partial", 0.1), ("partial", 0.3))]
+    result = {"rows": rows, "cells": [{"partition": "contiguous", "workers": 16, "smallest_q_reaching_global": 0.3}]}
+    skew = {"global": 0.0, "local": 0.6, "partial-0.1": 0.05, "partial-0.3": 0.005}
+    cell = {"partition": "contiguous", "workers": 16, "skew": skew, "predicted_order": sorted(skew, key=skew.get)}
+    # q 0.3 is the trained answer: predicting it is the same q; 0.1 does not reach GS (−5 at every seed)
+    for predicted, hit, same in ((0.3, True, True), (0.1, False, False)):
+        check = preregistration_check(result, {"cells": [{**cell, "predicted_q": predicted}]})
+        assert (check["q_hits"], check["q_same"]) == (hit, same)
+    # pairs skews set apart by >= 0.01: all but (global, q 0.3); training agrees with every one of the 5
+    assert (check["pairs_claimed"], check["pairs_against"]) == (5, 0)
+    # a cell whose q 0.3 trains worse than q 0.1 at every seed: one pair against, beyond the noise
+    result["rows"][3] = {**rows[3], "top1": [84.0, 85.0, 86.0]}
+    check = preregistration_check(result, {"cells": [{**cell, "predicted_q": 0.3}]})
+    assert (check["pairs_against"], check["pairs_against_beyond_noise"]) == (1, 1)
