@@ -183,7 +183,7 @@ def main() -> None:
 def setup_of(args: argparse.Namespace, rows: list[dict], run: Path) -> dict:
     """What the study trained, for its readers: the data, the model, epochs, seeds and batch per M."""
     labels = run_plan(run)[3]
-    return {"dataset": args.dataset, "samples": len(labels), "classes": len(set(map(int, labels))),
+    return {"dataset": args.dataset, "partitions": args.partitions, "samples": len(labels), "classes": len(set(map(int, labels))),
             "model": rows[0]["model"], "epochs": args.epochs, "seeds": args.seeds,
             "batch_size": {str(m): next(r["batch_size"] for r in rows if r["workers"] == m) for m in args.workers}}
 

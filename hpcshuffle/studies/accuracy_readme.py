@@ -27,7 +27,10 @@ NORMS = {"worker": "BatchNorm per worker", "global": "BatchNorm over the global 
 
 
 def number(value: float, digits: int = 1) -> str:
-    """A signed number as the README prints it, with a true minus sign."""
+    """A signed number as the README prints it, with a true minus sign; one more digit where rounding
+    would hide which side of 0 it lies (−0.03, not −0.0)."""
+    if value and abs(value) < 0.5 * 10**-digits:
+        digits += 1
     return f"{value:+.{digits}f}".replace("-", "−")
 
 
@@ -64,7 +67,8 @@ def cell_table(study: dict, predicted: dict[tuple, float | None]) -> list[str]:
     head = ["partition", "M", "GS top-1", *(f"{name(s)} − GS" for s in strategies),
             "smallest q reaching GS", "pre-registered q"]
     lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    for cell in study["cells"]:
+    order = study["setup"]["partitions"]  # as the study was asked for them
+    for cell in sorted(study["cells"], key=lambda c: (order.index(c["partition"]), c["workers"])):
         key = (cell["partition"], cell["workers"])
         gs = reference[key]
         low, high = gs["ci95"]
