@@ -138,22 +138,32 @@ def findings(study: dict, variant: dict | None) -> list[str]:
         missed = [key for key in cells if key not in reach]
         lines.append(f"- q = {q.removeprefix('partial-')} reaches GS in {len(reach)} of {len(cells)} cells"
                      + (f"; not in {named(missed)}." if missed else "."))
-    check = study["preregistered"]
-    misses = [c for c in check["cells"] if not c["q_hit"]]
-    lines.append(f"- **Pre-registered predictions**: q right in {check['q_hits']} of {len(check['cells'])} cells "
-                 f"({check['q_same']} the q training found, {check['q_hits'] - check['q_same']} a larger q that still "
-                 "reaches GS)" + ("; wrong in " + ", ".join(
-                     f"{c['partition']} M = {c['workers']} (predicted {q_text(c['predicted_q'])}, trained "
-                     f"{q_text(c['trained_q'])})" for c in misses) if misses else "")
-                 + f". Of {check['pairs_claimed']} pairs of strategies the plans ranked apart, training ranks "
-                 f"{check['pairs_against']} the other way, {check['pairs_against_beyond_noise']} of them beyond the noise.")
+    lines.append(prediction_line("**Pre-registered predictions**", study["preregistered"]))
     lines.append(f"- Final label skew against the gap to GS: {correlation_text(study['quality_vs_gap']['label_skew'])}.")
     if variant is not None:
         lost_global = [(c["partition"], c["workers"]) for c in variant["cells"]
-                       if c["local_gap_ci95"] is not None and c["local_gap_ci95"][1] < 0]
+                       if c["local_gap_ci95"] is not None and not reaches_global(c["local_gap_ci95"])]
+        tested = [(c["partition"], c["workers"]) for c in variant["cells"]]
+        why = (": in these cells LS's loss under per-worker BatchNorm comes from BatchNorm's statistics over "
+               "class-skewed batches" if set(tested) <= set(lost) and not lost_global else "")
         lines.append(f"- With global BatchNorm, LS loses beyond the noise in {len(lost_global)} of "
-                     f"{len(variant['cells'])} cells ({named(lost_global)}).")
+                     f"{len(variant['cells'])} cells ({named(lost_global)}){why}.")
+        if "preregistered" in variant:
+            lines.append(prediction_line("Its pre-registered predictions (label skew does not see the norm)",
+                                         variant["preregistered"]))
     return lines
+
+
+def prediction_line(what: str, check: dict) -> str:
+    """How a pre-registration fared: the q right (the same or a larger one that reaches GS) and wrong,
+    and the pairs of strategies training ranked against the plans."""
+    misses = [c for c in check["cells"] if not c["q_hit"]]
+    wrong = "; wrong in " + ", ".join(f"{c['partition']} M = {c['workers']} (predicted {q_text(c['predicted_q'])}, "
+                                      f"trained {q_text(c['trained_q'])})" for c in misses) if misses else ""
+    return (f"- {what}: q right in {check['q_hits']} of {len(check['cells'])} cells ({check['q_same']} the q "
+            f"training found, {check['q_hits'] - check['q_same']} a larger q that still reaches GS){wrong}. Of "
+            f"{check['pairs_claimed']} pairs of strategies the plans ranked apart, training ranks "
+            f"{check['pairs_against']} the other way, {check['pairs_against_beyond_noise']} of them beyond the noise.")
 
 
 def synthetic_line(synthetic: dict, study: dict) -> str:

@@ -17,6 +17,7 @@ import argparse
 import contextlib
 import io
 import itertools
+import json
 import re
 import shlex
 import sys
@@ -26,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from hpcshuffle.cli import build_parser, main, simulate_argv
+from hpcshuffle.studies import accuracy_readme
 
 REPO = Path(__file__).resolve().parents[2]
 # the README, the docs, and the READMEs beside the scripts and results they describe
@@ -254,3 +256,11 @@ def test_hpcshuffle_train_help_works(monkeypatch):
         main(["train", "--help"])
     assert exit_info.value.code == 0
     assert "shuffle" in out.getvalue()
+
+
+def test_the_readme_accuracy_block_is_made_from_the_stored_studies():
+    # every number of the README's accuracy section comes from results/reference's JSON
+    made = accuracy_readme.block(json.loads(accuracy_readme.STUDY.read_text()),
+                                 json.loads(accuracy_readme.SYNTHETIC.read_text()))
+    assert accuracy_readme.stored_block(REPO / "README.md") == made, (
+        "the README's accuracy block differs from the stored studies: run python -m hpcshuffle.studies.accuracy_readme")
