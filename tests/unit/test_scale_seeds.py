@@ -64,28 +64,27 @@ def fake_result(platform: Platform, scenario: Scenario) -> Result:
                   allreduce_s=epoch_s / 2 - 1.0, iterations=16, wall_s=0.5, scope=scenario.scope)
 
 
+def recorded(monkeypatch, run) -> list[Scenario]:
+    """Route the CLI's simulations through `run`; the scenarios it was asked for, in order."""
+    asked: list[Scenario] = []
+
+    def record(platform, scenario):
+        asked.append(scenario)
+        return run(platform, scenario)
+    monkeypatch.setattr(seeds, "simulate", record)
+    return asked
+
+
 @pytest.fixture
 def simulations(monkeypatch) -> list[Scenario]:
     """Count what the CLI simulates; each simulation is still the real one."""
-    simulated: list[Scenario] = []
-
-    def counting(platform, scenario):
-        simulated.append(scenario)
-        return simulate(platform, scenario)
-    monkeypatch.setattr(seeds, "simulate", counting)
-    return simulated
+    return recorded(monkeypatch, simulate)
 
 
 @pytest.fixture
 def faked(monkeypatch) -> list[Scenario]:
     """Replace the CLI's simulation by `fake_result`; the scenarios it was asked for, in order."""
-    asked: list[Scenario] = []
-
-    def fake(platform, scenario):
-        asked.append(scenario)
-        return fake_result(platform, scenario)
-    monkeypatch.setattr(seeds, "simulate", fake)
-    return asked
+    return recorded(monkeypatch, fake_result)
 
 
 @pytest.fixture
