@@ -96,7 +96,6 @@ def correlation_text(found: dict) -> str:
 def block(study: dict, synthetic: dict) -> str:
     """The README's accuracy block (module doc)."""
     setup = study["setup"]
-    predicted = {(c["partition"], c["workers"]): c["predicted_q"] for c in study["preregistered"]["cells"]}
     batches = ", ".join(f"b = {b} at M = {m}" for m, b in setup["batch_size"].items())
     lines = [
         f"**{DATASETS[setup['dataset']]}, the study** ({setup['samples']:,} training images of {setup['classes']} "
@@ -105,7 +104,7 @@ def block(study: dict, synthetic: dict) -> str:
         "Gaps to GS are final top-1 points paired by seed, mean [95 % interval]; a q *reaches GS* where that "
         "interval reaches 0. The pre-registered q was committed before the cell was trained.",
         "",
-        *cell_table(study, predicted),
+        *cell_table(study, predicted_of(study, study)),
     ]
     variant = study.get("variants", {}).get(VARIANT)
     if variant is not None:
@@ -116,7 +115,7 @@ def block(study: dict, synthetic: dict) -> str:
 
 
 def predicted_of(variant: dict, study: dict) -> dict[tuple, float | None]:
-    """A variant's pre-registered q by cell (its own pre-registration, filed with it)."""
+    """A study's or variant's pre-registered q by cell (its own pre-registration, else the main study's)."""
     found = variant.get("preregistered") or study["preregistered"]
     return {(c["partition"], c["workers"]): c["predicted_q"] for c in found["cells"]}
 
