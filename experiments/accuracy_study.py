@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -55,11 +54,11 @@ from hpcshuffle.studies.accuracy_runs import (
     cell_dir,
     has_partition,
     predicted_q,
-    preregistered,
     run_cell,
-    run_plan,
     strategy_of,
+    study_setup,
     with_label_skew,
+    write_preregistration,
 )
 from hpcshuffle.studies.runs import strategy_overrides
 
@@ -132,7 +131,9 @@ def main() -> None:
 
     first = args.partitions[0]
     if args.preregister:
-        write_preregistration(Path(args.preregister), args, overrides, out)
+        batches = {m: [f"batch_size={args.global_batch // m}"] if args.global_batch else [] for m in args.workers}
+        write_preregistration(Path(args.preregister), out, args.dataset, args.partitions, batches, args.strategies,
+                              args.epochs, args.seeds, overrides, SKEW_TOLERANCE)
         return
     cells = list(dict.fromkeys((p if has_partition(s) else first, m, s)
                                for p in args.partitions for m in args.workers for s in args.strategies))
@@ -156,7 +157,8 @@ def main() -> None:
     rows += [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
              for partition in args.partitions[1:]]  # the same runs stand for the other partitions' cells
     result = summary(rows)
-    result["setup"] = setup_of(args, rows, run_dirs[0])
+    result["setup"] = study_setup(args.dataset, args.partitions, args.workers, args.epochs, args.seeds, rows,
+                                  run_dirs[0])
     result["runs"] = runs_of(rows, result)
     for cell in result["cells"]:
         found = predicted_q(out, first, cell, args.strategies, SKEW_TOLERANCE)
@@ -178,43 +180,6 @@ def main() -> None:
     print(text)
     (figures / "accuracy_study.txt").write_text(text + "\n")
     print(f"wrote {json_path} and the figures under {figures}")
-
-
-def setup_of(args: argparse.Namespace, rows: list[dict], run: Path) -> dict:
-    """What the study trained, for its readers: the data, the model, epochs, seeds and batch per M."""
-    labels = run_plan(run)[3]
-    return {"dataset": args.dataset, "partitions": args.partitions, "samples": len(labels), "classes": len(set(map(int, labels))),
-            "model": rows[0]["model"], "epochs": args.epochs, "seeds": args.seeds,
-            "batch_size": {str(m): next(r["batch_size"] for r in rows if r["workers"] == m) for m in args.workers}}
-
-
-def write_preregistration(path: Path, args: argparse.Namespace, overrides: list[str], out: Path) -> None:
-    """The plans' predictions for every (partition, M) of the study, before any of its runs exist."""
-    held = [s for s in args.strategies if has_partition(s)]
-    cells, skipped = [], []
-    for partition in args.partitions:
-        for workers in args.workers:
-            if any(cell_dir(out, partition, workers, s).exists() for s in held):
-                skipped.append(f"{partition} M={workers}")  # trained already: predicting it now would be hindsight
-                continue
-            batch = [f"batch_size={args.global_batch // workers}"] if args.global_batch else []
-            cells.append(preregistered([*overrides, *batch], partition, workers, args.epochs, args.strategies,
-                                       SKEW_TOLERANCE))
-            print(f"{partition} M={workers}: q={cells[-1]['predicted_q']}, "
-                  f"order {' > '.join(cells[-1]['predicted_order'])}", flush=True)
-    if skipped:
-        print(f"not pre-registered, they have runs already: {', '.join(skipped)}")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit, "command": sys.argv,
-        "dataset": args.dataset, "overrides": overrides, "epochs": args.epochs, "seeds": args.seeds,
-        "rule": f"q: the smallest candidate whose planned label skew at the last epoch (seed 0's plan) is within "
-                f"{SKEW_TOLERANCE} of global shuffling's (tune-q --predict); order: the strategies by that skew, "
-                "least first, read as best accuracy first; two strategies whose skews differ by less than "
-                f"{SKEW_TOLERANCE} are predicted tied, so that pair is claimed neither way",
-        "cells": cells, "skipped_as_trained": skipped}, indent=1) + "\n")
-    print(f"wrote {path}: commit it before training these cells")
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ run's plan replayed from its config: its training labels, its label skew per epo
 
 from __future__ import annotations
 
+import json
 import shutil
 import statistics
 import subprocess
@@ -168,3 +169,45 @@ def with_label_skew(rows: list[dict], run_dirs: list[Path]) -> list[dict]:
         row["label_skew"] = skew[-1]
         row["label_skew_early"] = round(statistics.fmean(skew[: max(1, len(skew) // 4)]), 6)
     return rows
+
+
+def study_setup(dataset: str, partitions: list[str], workers_each: list[int], epochs: int, seeds: int,
+                rows: list[dict], run: Path) -> dict:
+    """What a study trained, for its readers (the study JSON's `setup`): the data, the partitions in the
+    order asked, the model, epochs, seeds and the batch per M; `run` is any of its runs."""
+    labels = run_plan(run)[3]
+    return {"dataset": dataset, "partitions": partitions, "samples": len(labels),
+            "classes": len(set(map(int, labels))), "model": rows[0]["model"], "epochs": epochs, "seeds": seeds,
+            "batch_size": {str(m): next(r["batch_size"] for r in rows if r["workers"] == m) for m in workers_each}}
+
+
+def write_preregistration(path: Path, out: Path, dataset: str, partitions: list[str], batches: dict[int, list[str]],
+                          strategies: list[str], epochs: int, seeds: int, overrides: list[str],
+                          tolerance: float) -> None:
+    """`accuracy_study.py --preregister`: the plans' predictions (`preregistered`) for every (partition, M)
+    of the study under `out` whose cells have no runs yet, written to `path` with the commit and command
+    that made them; `batches[M]`: the batch override at M. A cell with runs is left out and named."""
+    held = [s for s in strategies if has_partition(s)]
+    cells, skipped = [], []
+    for partition in partitions:
+        for workers, batch in batches.items():
+            if any(cell_dir(out, partition, workers, s).exists() for s in held):
+                skipped.append(f"{partition} M={workers}")  # trained already: predicting it now would be hindsight
+                continue
+            cells.append(preregistered([*overrides, *batch], partition, workers, epochs, strategies, tolerance))
+            print(f"{partition} M={workers}: q={cells[-1]['predicted_q']}, "
+                  f"order {' > '.join(cells[-1]['predicted_order'])}", flush=True)
+    if skipped:
+        print(f"not pre-registered, they have runs already: {', '.join(skipped)}")
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({
+        "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit, "command": sys.argv,
+        "dataset": dataset, "overrides": overrides, "epochs": epochs, "seeds": seeds,
+        "rule": f"q: the smallest candidate whose planned label skew at the last epoch (seed 0's plan) is within "
+                f"{tolerance} of global shuffling's (tune-q --predict); order: the strategies by that skew, "
+                "least first, read as best accuracy first; two strategies whose skews differ by less than "
+                f"{tolerance} are predicted tied, so that pair is claimed neither way",
+        "cells": cells, "skipped_as_trained": skipped}, indent=1) + "\n")
+    print(f"wrote {path}: commit it before training these cells")
+
