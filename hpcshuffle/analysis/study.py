@@ -15,7 +15,13 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass
 
-from hpcshuffle.analysis.intervals import interval95, pearson, reaches_global, spearman
+from hpcshuffle.analysis.intervals import (
+    interval95,
+    paired_gap,
+    pearson,
+    reaches_global,
+    spearman,
+)
 from hpcshuffle.analysis.tune import CANDIDATES, run_q
 from hpcshuffle.plan import with_role
 
@@ -93,10 +99,9 @@ def gaps(found: list[Point]) -> list[Gap]:
         base = references.get((point.partition, point.workers))
         if point.strategy == reference or base is None:
             continue
-        by_seed = dict(zip(base.seeds, base.top1))
-        paired = [top1 - by_seed[seed] for seed, top1 in zip(point.seeds, point.top1) if seed in by_seed]
-        mean, low, high = interval95(paired, f"the gap of {point.strategy} q={point.q:g} to {reference} at "
-                                             f"{point.partition} M={point.workers} (seeds both ran)")
+        mean, low, high, _ = paired_gap(dict(zip(point.seeds, point.top1)), dict(zip(base.seeds, base.top1)),
+                                        f"the gap of {point.strategy} q={point.q:g} to {reference} at "
+                                        f"{point.partition} M={point.workers}")
         result.append(Gap(point, mean, (low, high)))
     return result
 

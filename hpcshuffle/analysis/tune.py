@@ -4,8 +4,9 @@ Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recomm
 count (and first partition) the smallest exchange fraction q whose final validation score is within
 a tolerance of global shuffling's (or, without a global run, of the best run's). Where every point
 has 2 or more seeds, also the smallest q that reaches global shuffling by the one rule of
-analysis/intervals.py: the 95 % interval of its gap to global, paired seed by seed, reaches 0. Which strategies lie on the q axis, which one is
-the reference and which the "vs LS" baseline, the strategy table says (`hpcshuffle.plan`).
+analysis/intervals.py: the 95 % interval of its gap to global, paired seed by seed, reaches 0.
+Which strategies lie on the q axis, which one is the reference and which the "vs LS" baseline, the
+strategy table says (`hpcshuffle.plan`).
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from hpcshuffle.analysis.intervals import reaches_global
+from hpcshuffle.studies.accuracy_runs import strategy_of
 from hpcshuffle.studies.runs import REPO
 
 BEGIN = "<!-- accuracy: made by `python -m hpcshuffle.studies.accuracy_readme` from results/reference; do not edit -->"
@@ -54,8 +55,7 @@ def name(strategy: str) -> str:
 
 def gaps_by_cell(study: dict) -> dict[tuple, dict]:
     """{(partition, workers, strategy as the CLI names it): the gap's entry}."""
-    return {(g["partition"], g["workers"], "local" if g["strategy"] == "local" else f"partial-{g['q']:g}"): g
-            for g in study["gaps"]}
+    return {(g["partition"], g["workers"], strategy_of(g)): g for g in study["gaps"]}
 
 
 def cell_table(study: dict, predicted: dict[tuple, float | None]) -> list[str]:

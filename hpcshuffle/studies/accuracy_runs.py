@@ -127,13 +127,18 @@ def replayed_label_skew(run_dir: Path) -> list[float]:
     return [epoch["mixing"]["labels"]["excess"] for epoch in plan_quality(spec, shuffle, epochs, labels)]
 
 
+def candidate_qs(strategies: list[str]) -> dict[str, float]:
+    """{strategy: its q} for the study's strategies on the q axis: local is q = 0, partial-<q> is q."""
+    return {s: 0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
+            if s == "local" or s.startswith("partial-")}
+
+
 def predicted_q(out: Path, first: str, cell: dict, strategies: list[str], tolerance: float) -> dict:
     """`hpcshuffle tune-q --predict` for one (partition, workers) of the study, from the plan of its first
     run (seed 0's), with the study's candidate q: the answer to hold against the trained one."""
     run = runs_dir(out, first, cell["partition"], cell["workers"], strategies[0]) / "seed0"
     spec, _, epochs, labels = run_plan(run)
-    candidates = [0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
-                  if s == "local" or s.startswith("partial-")]
+    candidates = list(candidate_qs(strategies).values())
     return predict_q(replace(spec, seed=0, partition=cell["partition"]), epochs, labels, candidates, tolerance)
 
 
@@ -151,8 +156,7 @@ def preregistered(overrides: list[str], partition: str, workers: int, epochs: in
     config = composed([*overrides, f"storage.partition={partition}", f"shuffle.virtual_workers={workers}"])
     labels = training_labels(config["dataset"])
     spec = PlanSpec(len(labels), workers, config["batch_size"], 0.0, 0, partition=partition, labels=tuple(labels))
-    candidates = {s: 0.0 if s == "local" else float(s.removeprefix("partial-")) for s in strategies
-                  if s == "local" or s.startswith("partial-")}
+    candidates = candidate_qs(strategies)
     found = predict_q(spec, epochs, labels, list(candidates.values()), tolerance)
     skew = {"global": found["global"], **{s: found["skew"][q] for s, q in candidates.items()}}
     return {"partition": partition, "workers": workers, "batch_size": config["batch_size"], "predicted_q": found["q"],
