@@ -463,8 +463,10 @@ run() {
         /tmp/*) die "the current directory $PWD is under /tmp, which is node-local on the cluster's nodes;" \
                     "run from a directory every node sees (the repository, not a copy under /tmp)" ;;
     esac
-    # the caller's environment (PATH with the venv, ...), Slurm's configuration from inside only
-    inside ctl env SLURM_CONF=/etc/slurm/slurm.conf bash -c 'cd "$1" && shift && exec "$@"' run "$PWD" "$@"
+    # the caller's environment (PATH with the venv, ...), Slurm's configuration from inside only;
+    # libfabric (MPICH's OFI under srun, hpcshuffle/comm/netmod.py) over TCP only: the host's RDMA
+    # devices are not namespaced, and the cluster's traffic stays on its own links
+    inside ctl env SLURM_CONF=/etc/slurm/slurm.conf FI_PROVIDER=tcp bash -c 'cd "$1" && shift && exec "$@"' run "$PWD" "$@"
 }
 
 counters() {  # bytes received and sent on each host's link, read through netlink (no traffic)

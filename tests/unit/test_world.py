@@ -7,6 +7,7 @@ import sys
 
 import pytest
 
+from hpcshuffle.comm.netmod import NETMOD, netmod_defaults
 from hpcshuffle.comm.world import check_launch, launched_tasks
 from hpcshuffle.errors import ConfigError
 from tests.conftest import REPO, mpi_env
@@ -20,6 +21,28 @@ def test_launchers_are_told_apart():
     # MPICH's mpiexec in a 2-node allocation: srun started its 2 proxies, they started 4 ranks
     hydra_via_srun = {"SLURM_STEP_NUM_TASKS": "2", "HYDI_CONTROL_FD": "7", "PMI_SIZE": "4", "PMI_RANK": "3"}
     assert launched_tasks(hydra_via_srun) == ("mpiexec", 4)
+
+
+SRUN_PMI2 = {"PMI_FD": "11", "PMI_RANK": "0", "PMI_SIZE": "2", "SLURM_STEP_ID": "0"}
+
+
+def test_srun_pmi2_starts_mpich_on_ofi_unless_the_user_chose():
+    """Slurm's pmi2 plugin cuts PMI lines over 1,024 bytes, which UCX's business card may need
+    (comm/netmod.py): a task srun started gets OFI; mpiexec's ranks and a user's choice are left alone."""
+    assert netmod_defaults(SRUN_PMI2) == {NETMOD: "ofi"}
+    assert netmod_defaults({**SRUN_PMI2, NETMOD: "ucx"}) == {}
+    assert netmod_defaults({**SRUN_PMI2, "HYDI_CONTROL_FD": "7"}) == {}  # mpiexec's proxy under srun
+    assert netmod_defaults({"PMI_FD": "11"}) == {}  # mpiexec alone
+    assert netmod_defaults({"SLURM_STEP_ID": "0"}) == {}  # srun --mpi=none: a singleton, no PMI
+
+
+def test_the_package_sets_the_netmod_before_any_mpi_import():
+    """Importing hpcshuffle under srun's PMI-2 sets the variable and has not started MPI yet."""
+    code = "import os, sys, hpcshuffle; print(os.environ.get('%s'), 'mpi4py.MPI' in sys.modules)" % NETMOD
+    env = {key: value for key, value in mpi_env().items() if key != NETMOD}
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, env={**env, **SRUN_PMI2},
+                         capture_output=True, text=True, timeout=60)
+    assert out.stdout.split() == ["ofi", "False"], out.stderr
 
 
 def test_matching_launches_pass():
