@@ -57,13 +57,20 @@ def affordable_q(results: list[Result], tolerance: float) -> dict[tuple[int, str
 def recommendation_table(results: list[Result], tolerance: float) -> str:
     """Per (workers, scope), the largest q whose simulated epoch is within `tolerance` of local
     shuffling's, with every q's epoch / LS ratio. ValueError where a group has no local run."""
-    answer = affordable_q(results, tolerance)
-    lines = [f"largest q whose simulated epoch is within {tolerance:.0%} of local shuffling's",
-             f"{'workers':>7} {'scope':>5} {'LS epoch s':>11} {'q':>6}   epoch / LS per q"]
-    for (workers, scope), (q, local) in answer.items():
-        ratios = "  ".join(f"{r.q:g}:{r.epoch_s / local:.2f}" for r in results
-                           if (r.workers, r.scope) == (workers, scope) and r.shuffle != with_role("baseline").name)
-        lines.append(f"{workers:>7} {scope:>5} {local:>11.1f} {('none' if q is None else f'{q:g}'):>6}   {ratios}")
+    baseline = with_role("baseline").name
+    rows = [(workers, scope, local, q, "  ".join(f"{r.q:g}:{r.epoch_s / local:.2f}" for r in results
+                                                 if (r.workers, r.scope) == (workers, scope) and r.shuffle != baseline))
+            for (workers, scope), (q, local) in affordable_q(results, tolerance).items()]
+    return recommendation_lines(f"largest q whose simulated epoch is within {tolerance:.0%} of local shuffling's",
+                                "epoch / LS per q", rows)
+
+
+def recommendation_lines(title: str, per_q: str, rows: list[tuple[int, str, float, float | None, str]]) -> str:
+    """The --recommend table: `title`, a header naming the `per_q` column, a line per (workers, scope,
+    LS's epoch, the largest affordable q or None, each q's ratio to LS) and where tune-q comes in."""
+    lines = [title, f"{'workers':>7} {'scope':>5} {'LS epoch s':>11} {'q':>6}   {per_q}"]
+    lines += [f"{workers:>7} {scope:>5} {local:>11.1f} {('none' if q is None else f'{q:g}'):>6}   {ratios}"
+              for workers, scope, local, q, ratios in rows]
     lines.append("tune-q names the q accuracy needs (hpcshuffle tune-q RUNS...); run the larger of the two "
                  "only if this cluster affords it")
     return "\n".join(lines)
