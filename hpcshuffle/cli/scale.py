@@ -2,7 +2,7 @@
 
     hpcshuffle scale --platform abci --workers 128 512 --shuffle global local partial --q 0.1 [--json]
     hpcshuffle scale --platform abci --workers 128 --shuffle global local --seeds 20 [--jobs 2] [--json]
-    hpcshuffle scale --platform abci --workers 256 512 1024 --recommend [--tolerance 0.1]
+    hpcshuffle scale --platform abci --workers 256 512 1024 --recommend [--tolerance 0.1] [--seeds 20]
     hpcshuffle scale --platform abci --workers 512 --sensitivity [--q 0.1] [--plot tornado.png] [--json]
     hpcshuffle scale calibrate RUN_DIR... [--out conf/platform/this_machine.yaml]
     hpcshuffle scale validate RUN_DIR... [--platform this_machine]
@@ -21,13 +21,13 @@ from hpcshuffle.scale.recommend import (
     DEFAULT_QS,
     affordable_q,
     recommendation_table,
-    simulate_all,
 )
 from hpcshuffle.scale.scenario import PHASES, SCOPES, Scenario, check_scenario
 from hpcshuffle.scale.seeds import (
     SeedRuns,
     baselines,
     check_seeds,
+    recommendation_over_seeds,
     seeds_document,
     simulate_seeds,
 )
@@ -42,7 +42,8 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     scale.add_argument("--q", type=float, nargs="+", default=None,
                        help="exchange rates of partial shuffling (default 0.1; with --recommend the q to search)")
     scale.add_argument("--recommend", action="store_true",
-                       help="per worker count, the largest q whose epoch stays within --tolerance of LS")
+                       help="per worker count, the largest q whose epoch stays within --tolerance of LS (with "
+                            "--seeds N: whose median epoch / LS over the seeds does)")
     scale.add_argument("--tolerance", type=float, default=0.10, help="allowed slowdown over LS (default 0.10)")
     scale.add_argument("--seeds", type=int, default=1, metavar="N",
                        help="simulate each scenario at seeds --seed .. --seed+N-1 and report the median and the "
@@ -79,11 +80,10 @@ def cmd_scale(args: argparse.Namespace) -> None:
     (--recommend) or the sensitivity study (--sensitivity, --plot). Every scenario is checked
     before any is simulated."""
     check_seeds(args.seed, args.seeds)
-    if args.seeds > 1 and (args.sensitivity or args.recommend):
-        study = "--sensitivity" if args.sensitivity else "--recommend"
-        raise ValueError(f"{study} answers at one seed (--seed S), got --seeds {args.seeds}; drop --seeds, or run "
-                         "`hpcshuffle scale --shuffle global local partial --seeds N` for each ratio's median "
-                         "and range over seeds")
+    if args.seeds > 1 and args.sensitivity:
+        raise ValueError(f"--sensitivity answers at one seed (--seed S), got --seeds {args.seeds}; drop --seeds, "
+                         "or run `hpcshuffle scale --shuffle global local partial --seeds N` for each ratio's "
+                         "median and range over seeds")
     platform = load_platform(args.platform)
     if args.sensitivity or args.plot is not None:
         scale_sensitivity.cmd_sensitivity(args, platform, _progress)
@@ -95,11 +95,12 @@ def cmd_scale(args: argparse.Namespace) -> None:
         scenarios = scenarios_of(args, args.shuffle, args.q or [0.1])
     for scenario in scenarios:
         check_scenario(platform, scenario)  # before hours of simulation, not after
-    if args.recommend:
-        print(recommendation_table(simulate_all(platform, scenarios, _progress, args.jobs), args.tolerance))
-        return
     runs = simulate_seeds(platform, scenarios, args.seeds, _progress, args.jobs)
-    if args.json:
+    if args.recommend and args.seeds > 1:
+        print(recommendation_over_seeds(runs, args.tolerance))
+    elif args.recommend:
+        print(recommendation_table([run.first for run in runs], args.tolerance))
+    elif args.json:
         print(json.dumps(seeds_document(platform.name, args.seeds, runs)))
     else:
         print(results_table(platform.name, args, runs))

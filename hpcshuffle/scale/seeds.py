@@ -21,7 +21,7 @@ from hpcshuffle.errors import at_least
 from hpcshuffle.plan import PATH_EXCHANGE, PATH_LOANS, get_strategy, with_role
 from hpcshuffle.scale.engine import simulate
 from hpcshuffle.scale.platform import Distribution, Platform, SharedStorage
-from hpcshuffle.scale.recommend import simulate_each
+from hpcshuffle.scale.recommend import recommendation_lines, simulate_each
 from hpcshuffle.scale.scenario import Result, Scenario, result_row
 
 SPREAD_FIELDS = ("epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "io_min_s", "io_max_s")
@@ -179,6 +179,23 @@ def ratio_groups(runs: list[SeedRuns]) -> list[dict]:
         group = groups.setdefault(key, {"workers": key[0], "scope": key[1], "ratios": {}})
         group["ratios"][f"{run.first.label}/{local[key].first.label}"] = run.ratio(local[key]).as_dict()
     return list(groups.values())
+
+
+def recommendation_over_seeds(runs: list[SeedRuns], tolerance: float) -> str:
+    """`scale --recommend --seeds N`: per (workers, scope) with an LS run, the largest q whose median over
+    seeds of the paired ratio epoch(q) / epoch(LS) is at most 1 + `tolerance`, beside each q's median
+    ratio and its [p10, p90]; LS's epoch is its median."""
+    first, last = runs[0].seeds[0], runs[0].seeds[-1]
+    rows = []
+    for (workers, scope), local in sorted(baselines(runs).items()):
+        ratios = {run.first.q: run.ratio(local) for run in runs
+                  if (run.first.workers, run.first.scope) == (workers, scope) and run is not local}
+        within = [q for q, ratio in ratios.items() if ratio.median <= 1 + tolerance]
+        rows.append((workers, scope, local.spread("epoch_s").median, max(within, default=None),
+                     "  ".join(f"{q:g}:{r.median:.2f} [{r.p10:.2f}, {r.p90:.2f}]" for q, r in ratios.items())))
+    return recommendation_lines(f"largest q whose simulated epoch is within {tolerance:.0%} of local shuffling's, "
+                                f"by the median over seeds {first}..{last} of epoch / LS paired by seed "
+                                "(LS epoch: its median)", "median epoch / LS per q [p10, p90]", rows)
 
 
 def seeds_document(platform: str, seeds: int, runs: list[SeedRuns]) -> dict:

@@ -20,8 +20,15 @@ from hpcshuffle.scale import recommend, seeds
 from hpcshuffle.scale.engine import simulate
 from hpcshuffle.scale.platform import Distribution, Platform
 from hpcshuffle.scale.platform_yaml import load_platform, platform_from_dict
+from hpcshuffle.scale.recommend import recommendation_table
 from hpcshuffle.scale.scenario import Result, Scenario
-from hpcshuffle.scale.seeds import SeedRuns, Spread, is_deterministic, simulate_seeds
+from hpcshuffle.scale.seeds import (
+    SeedRuns,
+    Spread,
+    is_deterministic,
+    recommendation_over_seeds,
+    simulate_seeds,
+)
 from hpcshuffle.scale.storage import SharedQueues
 from tests.conftest import cli_error
 
@@ -268,6 +275,62 @@ def test_one_seed_keeps_the_one_draw_table(capsys, faked):
     assert lines[2].split()[3] == "10.00" and lines[2].split()[-2] == "5.00"
 
 
+# ---- --recommend over seeds ---------------------------------------------------------------------------
+
+def over_three_seeds(shuffle: str, q: float, epochs: list[float]) -> SeedRuns:
+    """A scenario at 16 workers whose epochs at seeds 0, 1, 2 are `epochs`."""
+    results = tuple(Result(16, shuffle, q, epoch, 0, 0, 0, 0, iterations=1, wall_s=0) for epoch in epochs)
+    return SeedRuns(scenario(shuffle, q), (0, 1, 2), results, deterministic=False)
+
+
+def test_recommend_over_seeds_takes_the_median_of_the_paired_ratios():
+    """LS takes 10, 20, 30 s at seeds 0..2. PLS-0.1's ratios, paired by seed, are 1.05, 1.05, 2.0: median 1.05,
+    within 10 % (their mean, 1.37, is not). PLS-0.3's are 1.5, 1.25, 0.67: median 1.25, not within (its median
+    epoch over LS's median epoch, 20 / 20, would be). So the answer is 0.1; at 30 %, 0.3."""
+    runs = [over_three_seeds("local", 0.0, [10, 20, 30]), over_three_seeds("partial", 0.1, [10.5, 21, 60]),
+            over_three_seeds("partial", 0.3, [15, 25, 20])]
+    lines = recommendation_over_seeds(runs, 0.10).splitlines()
+    assert lines[0].startswith("largest q whose simulated epoch is within 10% of local shuffling's, by the median "
+                               "over seeds 0..2 of epoch / LS paired by seed")
+    assert lines[1].split()[6:] == ["median", "epoch", "/", "LS", "per", "q", "[p10,", "p90]"]
+    # LS epoch: its median; per q the median ratio and [p10, p90] of (1.05, 1.05, 2.0) and (1.5, 1.25, 0.67)
+    assert lines[2].split() == ["16", "rank", "20.0", "0.1", "0.1:1.05", "[1.05,", "1.81]", "0.3:1.25", "[0.78,",
+                                "1.45]"]
+    assert lines[3].startswith("tune-q names the q accuracy needs")
+    assert recommendation_over_seeds(runs, 0.30).splitlines()[2].split()[3] == "0.3"
+    assert recommendation_over_seeds(runs, 0.01).splitlines()[2].split()[3] == "none"
+
+
+def test_recommend_over_seeds_from_the_cli(capsys, faked):
+    """fake_result: LS 2 s, simulated once (nothing drawn); PLS 3 + s s at seed s, for each q: ratios 1.5..3.5."""
+    main(["scale", "--platform", str(TINY), *ON_TINY, "--workers", "16", "--recommend", "--q", "0.1", "0.3",
+          "--seeds", "5", "--tolerance", "1.5"])
+    out, err = capsys.readouterr()
+    assert [(s.shuffle, s.q, s.seed) for s in faked] == [("local", 0.0, 0)] + [
+        ("partial", q, seed) for q in (0.1, 0.3) for seed in range(5)]
+    assert out.splitlines()[2].split() == ["16", "rank", "2.0", "0.3", "0.1:2.50", "[1.70,", "3.30]", "0.3:2.50",
+                                           "[1.70,", "3.30]"]
+    assert len([line for line in err.splitlines() if line.startswith("[")]) == 11
+
+
+def test_recommend_at_one_seed_prints_the_one_draw_table(capsys, faked):
+    """--seeds 1 (or no --seeds) is the table of one draw, as recommendation_table prints it."""
+    args = ["scale", "--platform", str(TINY), *ON_TINY, "--workers", "16", "--recommend", "--q", "0.1", "0.3"]
+    main(args)
+    out = capsys.readouterr().out
+    main([*args, "--seeds", "1"])
+    assert capsys.readouterr().out == out
+    one_draw = [fake_result(None, s) for s in faked[:3]]
+    assert out == recommendation_table(one_draw, 0.10) + "\n"
+    assert out.splitlines() == [
+        "largest q whose simulated epoch is within 10% of local shuffling's",
+        "workers scope  LS epoch s      q   epoch / LS per q",
+        "     16  rank         2.0   none   0.1:1.50  0.3:1.50",
+        "tune-q names the q accuracy needs (hpcshuffle tune-q RUNS...); run the larger of the two only if this "
+        "cluster affords it",
+    ]
+
+
 # ---- (d) bad input ----------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("flags, message", [
@@ -275,7 +338,6 @@ def test_one_seed_keeps_the_one_draw_table(capsys, faked):
                        "draw, --seeds 20 for a median and its 10-90 % range), got 0"),
     (["--seeds", "-3"], "--seeds must be >= 1"),
     (["--seed", "-1", "--seeds", "4"], "--seed must be >= 0 (the first seed; numpy's seeds are non-negative), got -1"),
-    (["--seeds", "5", "--recommend"], "--recommend answers at one seed (--seed S), got --seeds 5; drop --seeds"),
     (["--seeds", "5", "--sensitivity"], "--sensitivity answers at one seed (--seed S), got --seeds 5; drop --seeds"),
 ])
 def test_bad_seeds_are_refused_before_anything_is_simulated(capsys, nothing_simulated, flags, message):
