@@ -1,7 +1,7 @@
 """Three paper figures at the papers' scale, from SimGrid simulations (`hpcshuffle scale`), each
 with the paper's stated values beside the simulated ones, and two tables of the model's mechanisms
-(hpcshuffle/studies/scale_fit.py: `fit`, the abci storage fitted to Nguyen's DenseNet-161 breakdown and
-ResNet-50's unfitted GS/LS; `knee`, PLS-0.1/LS by exchange scheduler, noise and network latency):
+(hpcshuffle/studies/scale_fit.py: `fit`, the order-statistics path that experiments/scale_fit.py fits
+abci's storage on, checked seed by seed against SimGrid at the fit's size; `knee`, PLS-0.1/LS by exchange scheduler, noise and network latency):
 
 - Nguyen et al. Fig. 9: epoch time against workers (16-2,048) for global (GS), local (LS) and
   partial-0.1 (PLS) shuffling, ResNet-50 on ImageNet-1K, platform `abci` (b = 32 per rank: the
@@ -29,7 +29,7 @@ the changes made to it here, the scenario and the simulator's code (hpcshuffle/s
 scenario.py, platform.py, platform_yaml.py, traffic.py, storage.py, slots.py, hpcshuffle/plan/): a
 rerun only simulates what is missing, and a platform whose yaml changed, or a changed engine, is
 simulated again. Writes under
-`--out`: `fit.txt`, `nguyen_fig9_epoch_time.png` and `nguyen_fig9.txt`, `nguyen_fig10_breakdown.png`
+`--out`: `fit_check.txt`, `nguyen_fig9_epoch_time.png` and `nguyen_fig9.txt`, `nguyen_fig10_breakdown.png`
 and `nguyen_fig10.txt`, `yang_fig8_loading.png` and `yang_fig8.txt`, `pls_knee.txt` and
 `pls_knee.png`, and `scale_study.json` (every simulated row).
 
@@ -53,7 +53,7 @@ from dataclasses import asdict, fields
 from datetime import datetime, timezone
 from pathlib import Path
 
-from hpcshuffle.scale.platform_yaml import platform_path
+from hpcshuffle.scale.platform_yaml import load_platform, platform_path
 from hpcshuffle.studies.scale_figures import fig9, fig10, yang8
 from hpcshuffle.studies.scale_fit import fit_table, knee_table
 from hpcshuffle.studies.scale_grid import (
@@ -110,7 +110,7 @@ def main() -> None:
     writers = {"fig9": (fig9, "nguyen_fig9.txt"),
                "fig10": (lambda rows, out: fig10(rows, out, rows_of(jobs, results, "fig9")), "nguyen_fig10.txt"),
                "yang8": (yang8, "yang_fig8.txt"),
-               "fit": (lambda rows, out: fit_table(rows), "fit.txt"),
+               "fit": (lambda rows, out: fit_table(rows, load_platform(args.nguyen_platform)), "fit_check.txt"),
                "knee": (knee_table, "pls_knee.txt")}
     for name in args.figures:
         make, filename = writers[name]

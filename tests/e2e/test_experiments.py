@@ -60,7 +60,7 @@ def test_scale_study_quick_writes_every_figure_and_reuses_its_simulations(tmp_pa
     first = run("experiments/scale_study.py", "--quick", "--out", str(out))
     names = {path.name for path in out.iterdir()}
     assert {"nguyen_fig9_epoch_time.png", "nguyen_fig9.txt", "nguyen_fig10_breakdown.png", "nguyen_fig10.txt",
-            "yang_fig8_loading.png", "yang_fig8.txt", "scale_study.json", "fit.txt", "pls_knee.txt",
+            "yang_fig8_loading.png", "yang_fig8.txt", "scale_study.json", "fit_check.txt", "pls_knee.txt",
             "pls_knee.png"} <= names, names
     rows = json.loads((out / "scale_study.json").read_text())
     assert rows, first.stdout
