@@ -16,6 +16,7 @@ from hpcshuffle.scale import knee
 from hpcshuffle.scale.platform import Platform
 from hpcshuffle.scale.platform_yaml import load_platform, with_values
 from hpcshuffle.scale.scenario import Scenario
+from hpcshuffle.scale.seeds import Spread
 from hpcshuffle.studies.scale_jobs import Job, Setup, run_jobs
 
 WORKERS = (512, 1024, 2048)
@@ -25,12 +26,13 @@ MEANS_MS = (0.03, 0.1, 0.3)  # the study's one assumption (0.1 ms) and a half de
 TAILS = (("pareto", "shape", 1.5), ("pareto", "shape", 2.5), ("lognormal", "cv", 1.0), ("lognormal", "cv", 4.0))
 PAPER_RATIO = 1.37  # Nguyen et al. Fig. 10: PLS q = 1.0 / LS at 512 workers (abci's slot_cpu is fitted to it)
 KNEE_POINTS = 0.05  # a knee: the median PLS/LS rises by more than this from 512 to 2,048 workers (pls_knee.txt's)
-CHECK_SEEDS = (0, 1, 2)
 CHECK_ITERATIONS = 3
-CHECKS = (  # (scheduler, noise): small SimGrid runs at 512 workers beside the fast path
-    ("kakurenbo", {"dist": "pareto", "mean": 3.0e-4, "shape": 2.5}),
-    ("kakurenbo", {"dist": "lognormal", "mean": 1.0e-4, "cv": 4.0}),
+CHECKS = (  # (scheduler, noise, workers, qs, seeds): small SimGrid runs beside the fast path
+    ("kakurenbo", {"dist": "pareto", "mean": 3.0e-4, "shape": 2.5}, 512, (0.1, 1.0), (0, 1, 2)),
+    ("kakurenbo", {"dist": "lognormal", "mean": 1.0e-4, "cv": 4.0}, 512, (0.1, 1.0), (0, 1, 2)),
+    ("kakurenbo", {"dist": "pareto", "mean": 1.0e-4, "shape": 1.5}, 2048, (0.1,), (1, 2, 3)),
 )
+FRONTIER_TAILS = (("pareto", "shape", (1.1, 1.2, 1.3, 1.5, 2.0, 2.5)), ("lognormal", "cv", (1.0, 2.0, 4.0, 8.0)))
 
 
 def noises() -> list[tuple[str, dict]]:
@@ -112,6 +114,21 @@ def sweep_table(rows: list[dict], platform: Platform, seeds: int) -> list[str]:
     return lines
 
 
+README_BEGIN = "<!-- begin knee.txt: experiments/scale_knee.py writes this block -->"
+README_END = "<!-- end knee.txt -->"
+
+
+def readme_with(readme: str, lines: list[str]) -> str:
+    """`readme` with knee.txt's key lines (the headers, the authors' scheduler's rows, the conclusions) fenced
+    between README_BEGIN and README_END (unchanged where it has no such markers)."""
+    keep = [line for line in lines if line.startswith(("PLS-", "scheduler", "kakurenbo", "noise", "consistent",
+                                                      "with slot_cpu", "the authors'", "pareto", "lognormal"))]
+    head, found, rest = readme.partition(README_BEGIN)
+    if not found or README_END not in rest:
+        return readme
+    return head + README_BEGIN + "\n\n```\n" + "\n".join(keep) + "\n```\n\n" + README_END + rest.partition(README_END)[2]
+
+
 def cached_rows(study: Path) -> list[dict]:
     """The knee rows of scale_study.json (seed 0, 10 iterations, SimGrid)."""
     return [row for row in json.loads(study.read_text())["rows"] if row["figure"] == "knee"]
@@ -122,8 +139,9 @@ def agreement_table(platform: Platform, study: Path, out: Path, jobs: int, seeds
     `CHECKS` at `CHECK_SEEDS` (simulated here unless cached)."""
     rows = [row for row in cached_rows(study) if row["setup"].endswith("|1x")]
     lines = ["SimGrid against the fast path (scale/knee.py), PLS/LS: SimGrid's seed(s) / the fast path's median "
-             f"[p10, p90] over {seeds} draws (noise-free: the same deterministic number)",
-             f"{'scheduler':<11} {'noise':<24} {'q':>4} {'M':>5} {'iter':>4} {'SimGrid':>22} {'fast path':>24}"]
+             f"[p10, p90] over {seeds} draws (noise-free: the same deterministic number) / where each SimGrid "
+             "value falls among the fast path's draws (the share of draws below it)",
+             f"{'scheduler':<11} {'noise':<24} {'q':>4} {'M':>5} {'iter':>4} {'SimGrid':>22} {'fast path':>24}  rank"]
     local = {(row["setup"].split("|")[1], row["scenario"]["workers"]): row["result"]["epoch_s"]
              for row in rows if row["label"] == "local"}
     for row in rows:
@@ -132,24 +150,62 @@ def agreement_table(platform: Platform, study: Path, out: Path, jobs: int, seeds
         scheduler, noise_label, _ = row["setup"].split("|")
         sc = Scenario(**row["scenario"])
         setting = with_values(platform, row["changes"])
-        fast = knee.ratio(setting, sc, seeds)
         simulated = row["result"]["epoch_s"] / local[(noise_label, sc.workers)]
         lines.append(f"{scheduler:<11} {label_of(row['changes']['exchange.noise']):<24} {sc.q:>4g} {sc.workers:>5} "
-                     f"{sc.samples // sc.workers // sc.batch_size:>4} {simulated:>22.4f} {cell(fast):>24}")
-    for scheduler, noise in CHECKS:
+                     f"{sc.samples // sc.workers // sc.batch_size:>4} {simulated:>22.4f} "
+                     + _against(setting, sc, [simulated], seeds))
+    for scheduler, noise, workers, qs, check_seeds in CHECKS:
         setup = Setup(f"knee-check|{scheduler}|{label_of(noise)}", "abci",
                       {"exchange.scheduler": scheduler, "exchange.noise": noise})
         setting = with_values(platform, setup.values)
-        for q in (0.1, 1.0):
-            base = Scenario(WORKERS[0], "partial", q, samples=CHECK_ITERATIONS * WORKERS[0] * 32)
+        for q in qs:
+            base = Scenario(workers, "partial", q, samples=CHECK_ITERATIONS * workers * 32)
             pairs = [Job("knee", name, setup, replace(base, shuffle=shuffle, q=qq, seed=seed))
-                     for seed in CHECK_SEEDS for name, shuffle, qq in (("local", "local", None), ("pls", "partial", q))]
+                     for seed in check_seeds for name, shuffle, qq in (("local", "local", None), ("pls", "partial", q))]
             results = run_jobs(pairs, out, jobs)
             simulated = [results[i + 1][0].epoch_s / results[i][0].epoch_s for i in range(0, len(pairs), 2)]
-            fast = knee.ratio(setting, base, seeds)
             lines.append(f"{scheduler:<11} {label_of(noise):<24} {q:>4g} {base.workers:>5} {CHECK_ITERATIONS:>4} "
-                         f"{' '.join(f'{s:.3f}' for s in simulated):>22} {cell(fast):>24}")
+                         f"{' '.join(f'{s:.3f}' for s in simulated):>22} " + _against(setting, base, simulated, seeds))
     return lines
+
+
+def _against(setting: Platform, scenario: Scenario, simulated: list[float], seeds: int) -> str:
+    """The fast path's cell, and the share of its draws below each simulated ratio ('-' where it draws nothing)."""
+    local, partial = knee.epochs(setting, scenario, seeds)
+    draws = partial / local
+    ranks = " ".join("-" if draws.min() == draws.max() else f"{float((draws < value).mean()):.2f}"
+                     for value in simulated)  # '-': nothing drawn, one number
+    return f"{cell(Spread.of(draws)):>24}  {ranks}"
+
+
+def frontier(platform: Platform, seeds: int) -> list[str]:
+    """The largest knee any noise of each tail leaves room for: with slot_cpu 0, the mean at which noise alone
+    makes the median PLS-1.0/LS at 512 = 1.37 (bisected: every seed's ratio rises with the mean, the draws
+    scaling with it), and PLS-0.1/LS's rise from 512 to 2,048 there (a smaller mean, with the slot_cpu it
+    leaves room for, rises less: `sweep_table`'s refitted rows)."""
+    lines = [f"the authors' scheduler at the frontier: slot_cpu 0 and the noise mean at which noise alone gives median "
+             f"PLS-1.0/LS = {PAPER_RATIO} at {WORKERS[0]} (any larger mean is above {PAPER_RATIO}); PLS-0.1/LS there, "
+             f"and its rise from {WORKERS[0]} to {WORKERS[-1]} (points)",
+             f"{'noise':<24} {'mean ms':>8} " + " ".join(f"{'M=' + str(m):>24}" for m in WORKERS) + "   rise  knee"]
+    both = []
+    for dist, parameter, values in FRONTIER_TAILS:
+        for value in values:
+            def noisy(mean: float) -> Platform:
+                return with_values(platform, {"exchange.scheduler": "kakurenbo", "exchange.slot_cpu": 0.0,
+                                              "exchange.noise": {"dist": dist, "mean": mean, parameter: value}})
+            low, high = -9.0, -2.0  # log10 of the mean, seconds
+            for _ in range(40):
+                middle = (low + high) / 2
+                above = knee.ratio(noisy(10 ** middle), Scenario(WORKERS[0], "partial", 1.0), seeds).median > PAPER_RATIO
+                low, high = (low, middle) if above else (middle, high)
+            mean = 10 ** low
+            spreads = {m: knee.ratio(noisy(mean), Scenario(m, "partial", 0.1), seeds) for m in WORKERS}
+            rise = 100 * (spreads[WORKERS[-1]].median - spreads[WORKERS[0]].median)
+            label = label_of({"dist": dist, "mean": mean, parameter: value}).split(" ms ")[1]
+            both += [f"{dist} {label} at {mean * 1000:.3g} ms"] if rise > 100 * KNEE_POINTS else []
+            lines.append(f"{dist + ' ' + label:<24} {mean * 1000:>8.4f} " + " ".join(f"{cell(spreads[m]):>24}" for m in WORKERS)
+                         + f" {rise:>6.1f}  {'yes' if rise > 100 * KNEE_POINTS else 'no':>4}")
+    return lines + ["consistent with both at the frontier: " + (", ".join(both) if both else "none")]
 
 
 def agreement_case(platform: Platform) -> tuple[Scenario, Platform]:
