@@ -290,6 +290,12 @@ def measure_point(root: Path, pool: int, readers: int, per_reader: int, seed: in
     return [gathered[slot] for slot in range(readers)]
 
 
+def noise_cv(per_reader: list[list[float]]) -> float:
+    """The cv the reader factors would show from sampling alone, had every reader the same distribution:
+    the mean over readers of (a reader's per-file cv) / √(its files)."""
+    return float(np.mean([np.std(times) / np.mean(times) / math.sqrt(len(times)) for times in per_reader]))
+
+
 def summarize_measurement(points: list[dict], tail_quantile: float = 0.9) -> dict:
     """From measured points ({"readers", "repeat", "times": per-reader lists}): per readers count, the
     per-file comparison (all files of its repeats pooled, whole and tail), each repeat's factors' cv and
@@ -314,6 +320,7 @@ def summarize_measurement(points: list[dict], tail_quantile: float = 0.9) -> dic
             "files_tail": compare_families(times, tail_quantile).as_dict(),
             "factor_cv": [float(f.std() / f.mean()) for f in factors],
             "factor_max": [float(f.max()) for f in factors],
+            "factor_noise_cv": [noise_cv(point["times"]) for point in mine],
             "factors": compare_families(pooled).as_dict()}
     summary["files_whole"] = compare_families(np.concatenate(all_times)).as_dict()
     summary["files_tail"] = compare_families(np.concatenate(all_times), tail_quantile).as_dict()
@@ -364,12 +371,13 @@ def measurement_lines(measured: dict, summary: dict) -> list[str]:
              f"{measured['file_bytes'] // 1024} KB files one after the other (open, read, drop pages, close); "
              f"{measured['repeats']} repeats; pool {measured['pool_files']} files read once untimed before",
              "", f"{'K':>3} {'files':>6} {'mean ms':>8} {'p50 ms':>7} {'p99 ms':>7}   {'reader-factor cv per repeat':>28}"
-                 f"   {'slowest reader factor per repeat':>34}"]
+                 f" {'(sampling alone)':>24}   {'slowest reader factor per repeat':>34}"]
     for readers, row in summary["by_readers"].items():
         cvs = ", ".join(f"{v:.3f}" for v in row["factor_cv"])
         tops = ", ".join(f"{v:.3f}" for v in row["factor_max"])
+        noise = ", ".join(f"{v:.3f}" for v in row["factor_noise_cv"])
         lines.append(f"{readers:>3} {row['files']:>6} {row['file_mean_ms']:>8.2f} {row['file_p50_ms']:>7.2f} "
-                     f"{row['file_p99_ms']:>7.2f}   {cvs:>28}   {tops:>34}")
+                     f"{row['file_p99_ms']:>7.2f}   {cvs:>28} {noise:>24}   {tops:>34}")
     lines += ["", "lognormal (LN) against Pareto (Par), each fitted by maximum likelihood; Vuong z > 0 favours LN; "
               "KS: the largest CDF distance of each fit", COMPARISON_HEAD]
     for readers, row in summary["by_readers"].items():
