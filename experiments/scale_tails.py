@@ -3,7 +3,7 @@
 Analysis (pure computation, seconds): on `abci` with fit.txt's fitted values (experiments/scale_fit.py),
 the slowest-of-M client factor and ResNet-50's GS/LS, median (p10-p90) over seeds, for M nodes in
 4..512, under the fitted lognormal and two Pareto factors of the same mean (same cv; same median slowest
-of 512). Measurement: K reader processes reading distinct ~100 KB files at once from the GlusterFS volume
+of 128 nodes, the fit's 512 workers). Measurement: K reader processes reading distinct ~100 KB files at once from the GlusterFS volume
 of scripts/shared_fs.sh (caches off, direct-io), each file's time recorded per reader; the families are
 compared on the per-file times (whole and tail) and on the per-reader factors (hpcshuffle/studies/tails.py).
 

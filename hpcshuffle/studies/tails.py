@@ -6,7 +6,8 @@ through the largest of M draws, whose quantiles are exact (hpcshuffle/scale/orde
 
 - analysis: the slowest-of-M factor (median, p10–p90) and ResNet-50's GS/LS on `abci` (the order-statistics
   breakdown with `client_spread` swapped) for a lognormal and for a Pareto of the same mean, the Pareto
-  matched either on the cv (where finite) or on the median slowest of `MATCH_NODES`;
+  matched either on the cv (where finite) or on the median slowest of `MATCH_NODES` nodes (the fit's
+  slowest of 512 workers: what the fit pins down, so the family decides only how it extrapolates in M);
 - measurement: per-file read times of K reader processes reading distinct files at once from shared
   storage (the GlusterFS volume of scripts/shared_fs.sh, the pool and reads of
   hpcshuffle/storage/read_latency.py), and the families compared on them: on every file's time, on the
@@ -36,7 +37,7 @@ from hpcshuffle.storage.read_latency import assignment, pool_path, read_whole
 from hpcshuffle.studies.order_fit import with_free
 
 NODES = (4, 16, 32, 128, 256, 512)  # the analysis's M
-MATCH_NODES = 512  # the Pareto matched on the median slowest of this many (Nguyen et al.'s 512 workers: 128 nodes x 4)
+MATCH_NODES = 128  # the Pareto matched on the median slowest of this many nodes: the fit's 512 workers (Nguyen Sec. V-F) are 128 nodes of 4 ranks, and the factor is per node
 MODEL = "resnet50"
 PROBABILITIES = (0.5, 0.1, 0.9)  # Spread's order
 FAMILIES = ("lognormal", "pareto")
@@ -468,4 +469,28 @@ def conclusion(rows: list[dict], summary: dict | None, clusters: dict, cv: float
     return lines
 
 
-CONCLUSION: list[str] = []  # the reading of the numbers above; set once they are measured
+CONCLUSION: list[str] = """\
+Reading (written for the tails_measured.json of 2026-11-27; rerunning `measure` changes the numbers above, not
+this text):
+- Per-file times: a lognormal fits the whole distribution at every K (KS 0.04-0.08) and a Pareto cannot
+  (KS ~0.5): the times have a body around their median and no hard floor. In the top 10 % the two are not
+  told apart (Vuong |z| <= 1.2, p >= 0.25 at each K, n = 300-1,200 per K, 2,100 pooled), and the Pareto fitted
+  there has alpha ~7: a light tail. Supported: lognormal for the body; for the tail, neither over the other,
+  but nothing as heavy as the alpha ~1.9-2.3 a Pareto client factor of the fit's size needs.
+- Per-client factors: on one machine the K readers' means differ by a cv of 0.5-3.3 %, the size sampling alone
+  gives (1.0-1.7 %); the namespace cluster's nodes differ by <= 8 % (latency.json, n = 100). There is no
+  client factor here to speak of, so the family of a factor with cv 1.24 is NOT tested by these measurements:
+  the lognormal's higher likelihood on the factors (n = 84, z +7.4) says only that they scatter around 1 with
+  no floor, not how the slowest of 128 behaves. Evidence on the factor's family at ABCI's spread: none.
+- What the family does at the paper's scale: the fit pins the slowest of 128 nodes (512 workers). A Pareto
+  matched there (alpha 1.9, infinite variance) gives the same GS/LS at 512 workers (5.92 against 5.93, p90
+  14.1 against 9.7) but 3.43 at 128 workers against the lognormal's 4.01 (paper: "almost 5x") and 9.96 at
+  2,048 workers against 7.79. A Pareto of the same mean and cv gives lower medians everywhere below ~2,000
+  nodes (4.71 at 512 workers) with wider p90s. So the family moves GS/LS by 10-30 % away from the fitted size,
+  and the lognormal's slower growth in M is the one closer to the paper's own 128-worker number, a weak check
+  (one number, both under it, both p90s above it).
+- abci.yaml: keep `client_spread: lognormal`. The measurements support it for what they can see (the body of
+  the per-file times; no heavy per-file tail); they cannot see a per-client factor of cv ~1, which on ABCI is a
+  fitted, not a measured, quantity. Testing the tail needs per-rank read times from many nodes of a production
+  file system (the paper's run logs per rank), not one machine. Not edited here (it would re-simulate every
+  cached result).""".splitlines()
