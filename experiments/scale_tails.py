@@ -13,7 +13,13 @@ compared on the per-file times (whole and tail) and on the per-reader factors (h
 
 `measure` writes every file's time to <out>/tails_measured.json (then writes the report); `report` writes
 <out>/tails.txt: the analysis, the measurement's statistics where tails_measured.json is there, and the
-per-node factors of the namespace-cluster points in results/reference/storage/latency.json.
+per-node factors of the namespace-cluster points in results/reference/storage/latency.json and in
+<out>/tails_cluster_latency.json, made for this by
+
+    bash scripts/cluster.sh up --nodes 3 --storage-link 1gbit --storage-latency-ms 2
+    flock /tmp/hpcshuffle-measure.lock python experiments/storage_latency.py cluster --nodes 3 \
+        --readers 1 4 8 --reads 400 --repeats 3 --out <a scratch dir>   # then its latency.json copied there
+    bash scripts/cluster.sh down
 """
 
 from __future__ import annotations
@@ -80,7 +86,8 @@ def main() -> None:
         measure(args)
     from hpcshuffle.studies.tails import write_report
 
-    text = write_report(args.out, Path("results/reference/storage/latency.json"), "python experiments/scale_tails.py report"
+    latency = [Path("results/reference/storage/latency.json"), args.out / "tails_cluster_latency.json"]
+    text = write_report(args.out, latency, "python experiments/scale_tails.py report"
                         + (f" --out {args.out}" if str(args.out) != "results/reference/scale" else ""))
     print(text)
 

@@ -391,11 +391,11 @@ def measurement_lines(measured: dict, summary: dict) -> list[str]:
     return lines
 
 
-def write_report(out: Path, latency_path: Path, command: str, platform_name: str = "abci") -> str:
+def write_report(out: Path, latency_paths: list[Path], command: str, platform_name: str = "abci") -> str:
     """Write <out>/tails.txt (and the analysis rows and the measurement's statistics into
     <out>/tails_analysis.json): the analysis on `platform_name` with fit.txt's values, the measurement of
-    <out>/tails_measured.json where it is there, the namespace cluster's per-node factors from
-    `latency_path` where it is there, and the conclusion; returns the text."""
+    <out>/tails_measured.json where it is there, the namespace cluster's per-node factors from each of
+    `latency_paths` (storage_latency.py's results files) that is there, and the conclusion; returns the text."""
     fit_text = (out / "fit.txt").read_text()
     values = fitted_values(fit_text)
     platform = with_free(load_platform(platform_name), values)
@@ -422,10 +422,15 @@ def write_report(out: Path, latency_path: Path, command: str, platform_name: str
         lines += ["", *measurement_lines(measured, summary)]
     else:
         lines += ["", f"not measured yet: {measured_path.name} is not there (experiments/scale_tails.py measure)"]
-    clusters = cluster_node_factors(json.loads(latency_path.read_text())) if latency_path.exists() else {}
+    clusters: dict[str, list[np.ndarray]] = {}
+    for path in latency_paths:
+        if path.exists():
+            clusters.update(cluster_node_factors(json.loads(path.read_text())))
     if clusters:
-        lines += ["", f"per-node factors of the namespace cluster's points in {latency_path} (2 or 3 nodes, k reader "
-                  "threads each; storage_latency.py cluster): a node's mean file time over the nodes' mean",
+        lines += ["", "per-node factors of the namespace cluster's points in "
+                  + ", ".join(str(path) for path in latency_paths if path.exists())
+                  + " (2 or 3 nodes, k reader threads each; storage_latency.py cluster; latN ms: cluster.sh's "
+                  "--storage-latency-ms, storage link 1gbit): a node's mean file time over the nodes' mean",
                   "  " + COMPARISON_HEAD]
         saved["cluster_node_factors"] = {}
         for target, factors in clusters.items():
@@ -478,7 +483,8 @@ this text):
   there has alpha ~7: a light tail. Supported: lognormal for the body; for the tail, neither over the other,
   but nothing as heavy as the alpha ~1.9-2.3 a Pareto client factor of the fit's size needs.
 - Per-client factors: on one machine the K readers' means differ by a cv of 0.5-3.3 %, the size sampling alone
-  gives (1.0-1.7 %); the namespace cluster's nodes differ by <= 8 % (latency.json, n = 100). There is no
+  gives (1.0-1.7 %); the namespace cluster's nodes differ by <= 8 % (n = 127 node factors at 0, 2 and 5 ms
+  added per read). There is no
   client factor here to speak of, so the family of a factor with cv 1.24 is NOT tested by these measurements:
   the lognormal's higher likelihood on the factors (n = 84, z +7.4) says only that they scatter around 1 with
   no floor, not how the slowest of 128 behaves. Evidence on the factor's family at ABCI's spread: none.
