@@ -9,6 +9,7 @@ import math
 import numpy as np
 import pytest
 
+from hpcshuffle.analysis import families
 from hpcshuffle.scale.platform import Distribution
 from hpcshuffle.studies import tails
 
@@ -51,31 +52,31 @@ def test_the_comparison_picks_the_family_the_samples_came_from(seed):
     rng = np.random.default_rng(seed)
     from_lognormal = LOGNORMAL.sample(rng, 2000)
     from_pareto = Distribution("pareto", 1.0, shape=2.5).sample(rng, 2000)
-    assert tails.compare_families(from_lognormal).better == "lognormal"
-    assert tails.compare_families(from_lognormal).vuong_z > 2
-    assert tails.compare_families(from_pareto).better == "pareto"
-    assert tails.compare_families(from_pareto).vuong_z < -2
-    tail = tails.compare_families(from_pareto * 1e-3, tail_quantile=0.5)
+    assert families.compare_families(from_lognormal).better == "lognormal"
+    assert families.compare_families(from_lognormal).vuong_z > 2
+    assert families.compare_families(from_pareto).better == "pareto"
+    assert families.compare_families(from_pareto).vuong_z < -2
+    tail = families.compare_families(from_pareto * 1e-3, tail_quantile=0.5)
     assert tail.pareto["alpha"] == pytest.approx(2.5, rel=0.2)
     assert tail.ks_pareto < 0.1
 
 
 def test_client_factors_are_each_readers_mean_over_the_readers_mean():
-    factors = tails.client_factors([[1.0, 3.0], [4.0], [6.0]])
+    factors = families.client_factors([[1.0, 3.0], [4.0], [6.0]])
     assert factors.tolist() == pytest.approx([0.5, 1.0, 1.5])
 
 
 @pytest.mark.parametrize("bad", [[1.0], [1.0, -1.0, 2.0], [1.0, float("nan"), 2.0], [2.0, 2.0, 2.0]])
 def test_bad_samples_are_refused(bad):
     with pytest.raises(ValueError):
-        tails.compare_families(bad)
+        families.compare_families(bad)
 
 
 def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="tail_quantile"):
-        tails.compare_families([1.0, 2.0, 3.0], tail_quantile=1.0)
+        families.compare_families([1.0, 2.0, 3.0], tail_quantile=1.0)
     with pytest.raises(ValueError, match="at least 10"):
-        tails.compare_families(np.arange(1.0, 21.0), tail_quantile=0.9)
+        families.compare_families(np.arange(1.0, 21.0), tail_quantile=0.9)
     with pytest.raises(ValueError, match="cv"):
         tails.pareto_same_cv(1.0, 0.0)
     with pytest.raises(ValueError, match="nodes"):
@@ -83,7 +84,7 @@ def test_bad_arguments_are_refused():
     with pytest.raises(ValueError, match="nodes"):
         tails.pareto_same_slowest(LOGNORMAL, 1)
     with pytest.raises(ValueError, match="2 readers"):
-        tails.client_factors([[1.0]])
+        families.client_factors([[1.0]])
     with pytest.raises(ValueError, match="no fitted value"):
         tails.fitted_values("shared.file_latency 0.01 x\n")
     with pytest.raises(ValueError, match="no measured points"):
