@@ -32,8 +32,14 @@ from functools import lru_cache
 import numpy as np
 
 from hpcshuffle.plan import PATH_EXCHANGE, get_strategy
-from hpcshuffle.scale.order_stats import extreme_quantile
-from hpcshuffle.scale.platform import BACKWARD_SHARE, Platform
+from hpcshuffle.scale.order_stats import (
+    exposed_allreduce,
+    extreme_quantile,
+    iteration_batches,
+    local_io,
+    refuse,
+)
+from hpcshuffle.scale.platform import Platform
 from hpcshuffle.scale.scenario import Scenario, check_scenario
 from hpcshuffle.scale.seeds import Spread
 from hpcshuffle.scale.traffic import epoch_traffic
@@ -56,23 +62,14 @@ def check_knee(platform: Platform, scenario: Scenario) -> None:
         "scenario.scope": (scenario.scope != "rank", "must be rank"),
         "scenario.workers": (scenario.workers < 2, "must be >= 2 (one rank exchanges nothing)"),
     }
-    for knob, (refused, why) in refusals.items():
-        if refused:
-            raise ValueError(f"{knob} {why} for the knee path (platform {platform.name}); simulate it")
+    refuse(refusals, f"the knee path (platform {platform.name})")
 
 
 def local_iterations(platform: Platform, scenario: Scenario) -> tuple[np.ndarray, np.ndarray]:
     """Per iteration, LS's seconds without noise (io + FW+BW + exposed allreduce) and its batch."""
-    loader, model = platform.loader, platform.model(scenario.model)
-    batches = np.array([stop - start for start, stop in scenario.spec(platform).steps_from(0)])
-    sample_bytes = platform.dataset(scenario.dataset).sample_bytes
-    io = (-(-batches // loader.workers) * platform.local.file_latency
-          + batches * loader.cpu_per_file / np.minimum(loader.workers, batches)
-          + platform.ranks_per_node * batches * sample_bytes / platform.local.read_bandwidth)
-    exposed = np.array([platform.allreduce.exposed(scenario.workers, model.gradient_bytes,
-                                                   BACKWARD_SHARE * b * model.fwbw_per_sample)
-                        for b in batches.tolist()])
-    return io + batches * model.fwbw_per_sample + exposed, batches
+    batches = iteration_batches(platform, scenario)
+    fwbw = batches * platform.model(scenario.model).fwbw_per_sample
+    return local_io(platform, scenario, batches) + fwbw + exposed_allreduce(platform, scenario, batches), batches
 
 
 def slots_per_iteration(platform: Platform, scenario: Scenario) -> np.ndarray:

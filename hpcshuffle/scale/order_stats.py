@@ -39,7 +39,7 @@ from scipy import integrate, optimize, special, stats
 from hpcshuffle.plan import PATH_EXCHANGE, PATH_LOANS, get_strategy
 from hpcshuffle.scale.platform import BACKWARD_SHARE, Distribution, Platform
 from hpcshuffle.scale.scenario import Scenario, check_scenario
-from hpcshuffle.scale.seeds import Spread, varies
+from hpcshuffle.scale.seeds import SPREAD_PROBABILITIES, Spread, varies
 from hpcshuffle.scale.storage import SharedQueues
 
 DRAWS = 4000  # seeded draws of the n factors, for the mean over ranks
@@ -138,9 +138,7 @@ def check_assumptions(platform: Platform, scenario: Scenario) -> None:
                                   "must be > 0 (FW+BW and the loader's CPU must not contend)"),
         "scenario.scope": (scenario.scope != "rank", "must be rank"),
     }
-    for knob, (refused, why) in refusals.items():
-        if refused:
-            raise ValueError(f"{knob} {why} for the order-statistics path (platform {platform.name}); simulate it")
+    refuse(refusals, f"the order-statistics path (platform {platform.name})")
     shared = platform.shared
     if strategy.trains_from_shared:
         batch = scenario.batch_size
@@ -151,6 +149,13 @@ def check_assumptions(platform: Platform, scenario: Scenario) -> None:
         if busy > MAX_UTILISATION:
             raise ValueError(f"shared.servers / shared.service.mean: this job keeps the servers {busy:.0%} busy "
                              f"(> {MAX_UTILISATION:.0%}); queueing is not light, simulate it")
+
+
+def refuse(refusals: dict[str, tuple[bool, str]], path: str) -> None:
+    """ValueError for the first knob of `refusals` ({knob: (refused, why)}) that `path` cannot model."""
+    for knob, (refused, why) in refusals.items():
+        if refused:
+            raise ValueError(f"{knob} {why} for {path}; simulate it")
 
 
 @dataclass(frozen=True)
@@ -210,33 +215,46 @@ def global_epoch(platform: Platform, scenario: Scenario) -> GlobalEpoch:
 
 def _shape(platform: Platform, scenario: Scenario):
     """Each iteration's batch, the ranks, each node's ranks, the epoch's FW+BW and exposed allreduce."""
-    model = platform.model(scenario.model)
-    batches = np.array([stop - start for start, stop in scenario.spec(platform).steps_from(0)])
+    batches = iteration_batches(platform, scenario)
     ranks, per_node = scenario.workers, platform.ranks_per_node
     node_ranks = np.minimum(per_node, ranks - per_node * np.arange(platform.nodes_for(ranks)))
-    fwbw = float((batches * model.fwbw_per_sample).sum())
-    exposed = sum(platform.allreduce.exposed(ranks, model.gradient_bytes, BACKWARD_SHARE * b * model.fwbw_per_sample)
-                  for b in batches.tolist())
-    return batches, node_ranks, fwbw, exposed
+    fwbw = float((batches * platform.model(scenario.model).fwbw_per_sample).sum())
+    return batches, node_ranks, fwbw, sum(exposed_allreduce(platform, scenario, batches).tolist())
+
+
+def iteration_batches(platform: Platform, scenario: Scenario) -> np.ndarray:
+    """Each iteration's batch (samples) of `scenario`'s epoch."""
+    return np.array([stop - start for start, stop in scenario.spec(platform).steps_from(0)])
+
+
+def exposed_allreduce(platform: Platform, scenario: Scenario, batches: np.ndarray) -> np.ndarray:
+    """Per iteration, the allreduce's seconds that backward did not hide (`Allreduce.exposed`)."""
+    model = platform.model(scenario.model)
+    return np.array([platform.allreduce.exposed(scenario.workers, model.gradient_bytes,
+                                                BACKWARD_SHARE * b * model.fwbw_per_sample) for b in batches.tolist()])
+
+
+def local_io(platform: Platform, scenario: Scenario, batches: np.ndarray) -> np.ndarray:
+    """Per iteration, LS's I/O: ⌈b/workers⌉ local file latencies, the loader's CPU over its workers and
+    the node's SSD shared by its ranks."""
+    loader, sample_bytes = platform.loader, platform.dataset(scenario.dataset).sample_bytes
+    return (-(-batches // loader.workers) * platform.local.file_latency
+            + batches * loader.cpu_per_file / np.minimum(loader.workers, batches)
+            + platform.ranks_per_node * batches * sample_bytes / platform.local.read_bandwidth)
 
 
 def breakdown(platform: Platform, scenario: Scenario, draws: int = DRAWS) -> Breakdown:
     """The phase breakdown of `scenario` (GS or LS) on `platform` over seeds: median and p10/p90."""
     check_assumptions(platform, scenario)
     if not get_strategy(scenario.shuffle).trains_from_shared:
-        loader = platform.loader
         batches, _, fwbw, exposed = _shape(platform, scenario)
-        sample_bytes = platform.dataset(scenario.dataset).sample_bytes
-        io = float((-(-batches // loader.workers) * platform.local.file_latency
-                    + batches * loader.cpu_per_file / np.minimum(loader.workers, batches)
-                    + platform.ranks_per_node * batches * sample_bytes / platform.local.read_bandwidth).sum())
+        io = float(local_io(platform, scenario, batches).sum())
         return Breakdown(*(Spread(value, value, value) for value in (io, io, io, exposed, io + fwbw + exposed)),
                          fwbw)
     epoch = global_epoch(platform, scenario)
     spread, nodes = platform.shared.client_spread, len(epoch.node_ranks)
-    probabilities = [0.5, 0.1, 0.9]  # Spread's order: median, p10, p90
-    io_min = epoch.io(extreme_quantile(spread, nodes, probabilities, largest=False))
-    io_max = epoch.io(extreme_quantile(spread, nodes, probabilities))
+    io_min = epoch.io(extreme_quantile(spread, nodes, SPREAD_PROBABILITIES, largest=False))
+    io_max = epoch.io(extreme_quantile(spread, nodes, SPREAD_PROBABILITIES))
     drawn = epoch.phases(quantile(spread, _uniforms(draws, nodes)))
     return Breakdown(Spread.of(drawn["io_s"]), Spread(*io_min), Spread(*io_max), Spread.of(drawn["allreduce_s"]),
                      Spread(*(io_max + epoch.slowest_extra + epoch.fwbw + epoch.exposed)), epoch.fwbw)

@@ -69,6 +69,9 @@ def is_deterministic(platform: Platform, scenario: Scenario) -> bool:
 
 # ---- a quantity over seeds --------------------------------------------------------------------
 
+SPREAD_PROBABILITIES = (0.5, 0.1, 0.9)  # the quantiles of Spread's fields, in their order: median, p10, p90
+
+
 @dataclass(frozen=True)
 class Spread:
     """A quantity over seeds: its median, and its 10th and 90th percentiles (p10, p90: numpy's default,

@@ -33,14 +33,13 @@ from hpcshuffle.scale.order_stats import breakdown, extreme_quantile
 from hpcshuffle.scale.platform import Distribution, Platform
 from hpcshuffle.scale.platform_yaml import load_platform
 from hpcshuffle.scale.scenario import Scenario
-from hpcshuffle.scale.seeds import Spread
+from hpcshuffle.scale.seeds import SPREAD_PROBABILITIES, Spread
 from hpcshuffle.storage.read_latency import assignment, pool_path, read_whole
 from hpcshuffle.studies.order_fit import with_free
 
 NODES = (4, 16, 32, 128, 256, 512)  # the analysis's M
 MATCH_NODES = 128  # the Pareto matched on the median slowest of this many nodes: the fit's 512 workers (Nguyen Sec. V-F) are 128 nodes of 4 ranks, and the factor is per node
 MODEL = "resnet50"
-PROBABILITIES = (0.5, 0.1, 0.9)  # Spread's order
 FAMILIES = ("lognormal", "pareto")
 FITTED_KNOBS = ("shared.file_latency", "shared.client_spread.cv", "loader.cpu_per_file")
 
@@ -83,7 +82,7 @@ def slowest(spread: Distribution, nodes: int) -> Spread:
     """The largest of `nodes` i.i.d. factors drawn from `spread`: its median and p10–p90 (exact)."""
     if nodes < 1:
         raise ValueError(f"nodes must be >= 1, got {nodes}")
-    return Spread(*(float(v) for v in extreme_quantile(spread, nodes, list(PROBABILITIES))))
+    return Spread(*(float(v) for v in extreme_quantile(spread, nodes, SPREAD_PROBABILITIES)))
 
 
 def gs_over_ls(platform: Platform, spread: Distribution, nodes: int, model: str = MODEL) -> Spread:
