@@ -25,16 +25,7 @@ from pathlib import Path
 
 from hpcshuffle.scale.platform_yaml import load_platform, platform_path
 from hpcshuffle.studies.order_fit import held_out, leave_one_out, report, write_platform
-
-BEGIN, END = "<!-- begin fit.txt: experiments/scale_fit.py writes this block -->", "<!-- end fit.txt -->"
-
-
-def with_block(readme: str, text: str) -> str:
-    """`readme` with the fenced `text` between its BEGIN and END markers (unchanged where it has none)."""
-    head, found, rest = readme.partition(BEGIN)
-    if not found or END not in rest:
-        return readme
-    return head + BEGIN + "\n\n```\n" + text + "\n```\n\n" + END + rest.partition(END)[2]
+from hpcshuffle.studies.scale_fit import with_fenced_block
 
 
 def main() -> None:
@@ -61,7 +52,7 @@ def main() -> None:
     (out / "fit.txt").write_text(text + "\n")
     readme = out / "README.md"
     if readme.exists():
-        readme.write_text(with_block(readme.read_text(), text))
+        readme.write_text(with_fenced_block(readme.read_text(), "fit.txt", "experiments/scale_fit.py", text))
     print(text)
     if args.write_platform:
         note = ("Nguyen Sec. V-F's medians but the slowest rank's (DenseNet-161, 512 workers; "

@@ -35,6 +35,17 @@ LATENCY_FACTORS = (1, 10)  # the network's per-hop latency (allreduce.alpha) as 
 SCHEDULERS = ("hpcshuffle", "kakurenbo")
 
 
+def with_fenced_block(readme: str, name: str, script: str, text: str) -> str:
+    """`readme` with `text` fenced between the markers of `name`'s block, `<!-- begin NAME: SCRIPT writes this
+    block -->` and `<!-- end NAME -->` (unchanged where it has none): the blocks of results/reference/scale/README.md
+    that experiments/scale_fit.py and scale_knee.py rewrite."""
+    begin, end = f"<!-- begin {name}: {script} writes this block -->", f"<!-- end {name} -->"
+    head, found, rest = readme.partition(begin)
+    if not found or end not in rest:
+        return readme
+    return head + begin + "\n\n```\n" + text + "\n```\n\n" + end + rest.partition(end)[2]
+
+
 def knee_setups(alpha: float) -> list[tuple[str, dict]]:
     """(name, platform values) of every knee setting: scheduler x noise x network latency."""
     setups = []

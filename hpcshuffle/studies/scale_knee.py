@@ -17,6 +17,7 @@ from hpcshuffle.scale.platform import Platform
 from hpcshuffle.scale.platform_yaml import load_platform, with_values
 from hpcshuffle.scale.scenario import Scenario
 from hpcshuffle.scale.seeds import Spread
+from hpcshuffle.studies.scale_fit import with_fenced_block
 from hpcshuffle.studies.scale_jobs import Job, Setup, run_jobs
 
 WORKERS = (512, 1024, 2048)
@@ -114,19 +115,12 @@ def sweep_table(rows: list[dict], platform: Platform, seeds: int) -> list[str]:
     return lines
 
 
-README_BEGIN = "<!-- begin knee.txt: experiments/scale_knee.py writes this block -->"
-README_END = "<!-- end knee.txt -->"
-
-
 def readme_with(readme: str, lines: list[str]) -> str:
-    """`readme` with knee.txt's key lines (the headers, the authors' scheduler's rows, the conclusions) fenced
-    between README_BEGIN and README_END (unchanged where it has no such markers)."""
+    """`readme` with knee.txt's key lines (the headers, the authors' scheduler's rows, the conclusions) in its
+    knee.txt block (unchanged where it has none)."""
     keep = [line for line in lines if line.startswith(("PLS-", "scheduler", "kakurenbo", "noise", "consistent",
                                                       "with slot_cpu", "the authors'", "pareto", "lognormal"))]
-    head, found, rest = readme.partition(README_BEGIN)
-    if not found or README_END not in rest:
-        return readme
-    return head + README_BEGIN + "\n\n```\n" + "\n".join(keep) + "\n```\n\n" + README_END + rest.partition(README_END)[2]
+    return with_fenced_block(readme, "knee.txt", "experiments/scale_knee.py", "\n".join(keep))
 
 
 def cached_rows(study: Path) -> list[dict]:
