@@ -125,11 +125,6 @@ def book(timeline: Timeline, how: str = "simulator") -> dict[str, np.ndarray]:
     return buckets
 
 
-def summary(buckets: dict[str, np.ndarray]) -> dict[str, tuple[float, float, float]]:
-    """Per bucket the mean, min and max over ranks of the per-rank totals (Nguyen et al.'s statistics)."""
-    return {name: (float(np.mean(v)), float(np.min(v)), float(np.max(v))) for name, v in buckets.items()}
-
-
 def allreduce_floor(io: np.ndarray, step: Step, iterations: int, how: str = "simulator") -> float:
     """The least mean allreduce an epoch whose ranks waited `io` for their batches can book.
 
