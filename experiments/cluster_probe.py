@@ -2,7 +2,8 @@
 write a `conf/platform/` file from. Runs on the nodes (under `srun`) and prints one JSON object.
 
     srun -N 1 -n 1 python experiments/cluster_probe.py node --root /pfs/DATASET --big /pfs/FILE \
-        --store /tmp/DIR [--files 200] [--model small_cnn] [--image-size 32] [--batch 32] [--repeats 10]
+        --store /tmp/DIR [--files 200] [--model small_cnn] [--image-size 32] [--batch 32] [--repeats 10] \
+        [--readers 1 2 3]
     srun -N 2 --ntasks-per-node 1 --mpi=pmi2 python experiments/cluster_probe.py allreduce [--model small_cnn]
 
 `node` times what a training rank does, through the loader's own code (hpcshuffle.storage.loader.Samples):
@@ -35,13 +36,15 @@ def main() -> None:
     node.add_argument("--files", type=int, default=200)
     node.add_argument("--image-size", type=int, default=32)
     node.add_argument("--batch", type=int, default=32)
+    node.add_argument("--readers", type=int, nargs="*", default=[], metavar="K",
+                      help="also read the files with K threads at once, for each K (the storage's rate with K readers)")
     for sub in (node, probes.add_parser("allreduce", help="the gradient allreduce between the ranks (gloo)")):
         sub.add_argument("--model", default="small_cnn")
         sub.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
     if args.probe == "node":
         result = probe_node(Path(args.root), Path(args.big), Path(args.store), args.files, args.image_size, args.batch,
-                            args.model, args.repeats)
+                            args.model, args.repeats, tuple(args.readers))
     else:
         result = probe_allreduce(args.model, args.repeats)
     if result is not None:

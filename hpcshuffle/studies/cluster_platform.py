@@ -25,9 +25,9 @@ HEADER = """\
 #          was then (other jobs included), through the loader's own code: {files} dataset files read as GS reads them
 #          (pages dropped), a timed pass after an untimed one; a {big_mib} MiB file streamed; the same files read and
 #          loaded as batches from a node-local store; FW+BW
-#  [LINK]  python -m hpcshuffle.scale.pingpong between two nodes (srun -N 2 --mpi=pmi2): {link_how}
+#  [LINK]  python -m hpcshuffle.scale.pingpong {link_where}: {link_how}
 #  [INTRA] the same with both ranks on one node (srun -N 1 -n 2)
-#  [ARED]  experiments/cluster_probe.py allreduce (srun -N 2): learner.average_gradients over gloo, 2 ranks
+#  [ARED]  experiments/cluster_probe.py allreduce ({allreduce_where}): learner.average_gradients over gloo, 2 ranks
 #  [THIS]  conf/platform/this_machine.yaml (`hpcshuffle scale calibrate` on this machine's cores): not measured here
 #  [RUN]   what experiments/cluster_scaling.py runs: jobs/train.sbatch, conf/loader/default.yaml
 # The nodes are namespaces of one machine: every node's cores are the machine's {cpus}, shared by all nodes
@@ -61,7 +61,7 @@ local:                              # node-local /tmp: a directory of the machin
 
 shared:                             # /pfs: one GlusterFS brick on the storage node, FUSE clients with direct I/O
   # the setting storage_link={storage_link} is {storage_set}
-  read_bandwidth: {shared_bw:.4e}     # [NODE] a {big_mib} MiB file streamed from /pfs
+  read_bandwidth: {shared_bw:.4e}     # [NODE] {shared_bw_how}
   metadata_rate: {not_limiting:.4e}      # ASSUMPTION: not limiting (not measured; the per-file cost is file_latency)
   servers: 1                     # ASSUMPTION: no queue (not measured; the per-file cost is file_latency)
   service: {{dist: fixed, mean: 0.0}}
@@ -115,12 +115,27 @@ def described(rate: str) -> str:
     return f"{rate_bps:.4g} B/s" if rate_bps else "unshaped"
 
 
+LINK_WHERE = "between two nodes (srun -N 2 --mpi=pmi2)"
+ALLREDUCE_WHERE = "srun -N 2"
+
+
 def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: int, model: str,
                    dataset: tuple[str, int], image_size: int, batch: int) -> None:
-    """Write the platform yaml to `path`, checked by loading it back.
+    """Write `platform_text`'s platform yaml to `path`, checked by loading it back."""
+    text = platform_text(settings, measured, ranks_per_node, model, dataset, image_size, batch)
+    platform_from_dict(yaml.safe_load(text), str(path))  # a platform `hpcshuffle scale` refuses fails here
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
 
-    `measured`: {"node": cluster_probe node, "link" and "allreduce" (two nodes; absent on a
-    one-node cluster), "intra_node": ping-pong inside a node}. `dataset`: (key, training samples).
+
+def platform_text(settings: dict, measured: dict, ranks_per_node: int, model: str, dataset: tuple[str, int],
+                  image_size: int, batch: int) -> str:
+    """The platform yaml, every number with a comment naming its source.
+
+    `measured`: {"node": cluster_probe node, "link" and "allreduce" (absent on a one-node cluster),
+    "intra_node": ping-pong inside a node}; "link" and "allreduce" may say where they were measured
+    ("where"), by default between two nodes, and "node" how its "shared_read_Bps" was ("shared_read_how"),
+    by default the large file streamed. `dataset`: (key, training samples).
     """
     node, intra = measured["node"], measured["intra_node"]
     link = measured.get("link", intra)  # a one-node cluster has no link between nodes to measure
@@ -144,6 +159,7 @@ def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: i
         "local_read": node["local_read_Bps"], "local_write": node["local_write_Bps"],
         "local_file": node["local_file_s"], "local_lat": max(0.0, local_latency),
         "shared_bw": node["shared_read_Bps"], "storage_set": described(settings["storage_link"]),
+        "shared_bw_how": node.get("shared_read_how", f"a {round(node['big_bytes'] / 2**20)} MiB file streamed from /pfs"),
         "shared_file": node["shared_file_s"], "client_cpu": client_cpu,
         "shared_lat": shared_latency, "client_cpu_measured": node["client_cpu_per_file_s"], "not_limiting": NOT_LIMITING, "loaded": node["loaded_per_file_s"],
         "loader_cpu": max(0.0, loader_cpu), "image_size": image_size, "batch": batch, "alpha": max(0.0, alpha),
@@ -155,11 +171,9 @@ def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: i
     header = HEADER.format(date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            settings=" ".join(f"{k}={v}" for k, v in settings.items()), files=node["files"],
                            big_mib=values["big_mib"], cpus=node["cpus"],
-                           link_how="measured" if "link" in measured else "a one-node cluster: the [INTRA] figures")
+                           link_how="measured" if "link" in measured else "a one-node cluster: the [INTRA] figures",
+                           link_where=link.get("where", LINK_WHERE),
+                           allreduce_where=allreduce.get("where", ALLREDUCE_WHERE))
     calibration = {"calibration": {"written_by": "experiments/cluster_scaling.py", "settings": settings,
                                    "measured": measured}}
-    text = header + "\n" + BODY.format(**values) + "\n" \
-        + yaml.safe_dump(calibration, sort_keys=False)
-    platform_from_dict(yaml.safe_load(text), str(path))  # a platform `hpcshuffle scale` refuses fails here
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
+    return header + "\n" + BODY.format(**values) + "\n" + yaml.safe_dump(calibration, sort_keys=False)

@@ -158,6 +158,25 @@ def run_row(nodes: int, means: dict, last: dict) -> dict:
             "scope": last["scope"], **{f"{phase}_s": means[phase] for phase in PHASE_KEYS}}
 
 
+def measured_run(cluster: Cluster, run_dir: Path, nodes: int, overrides: list[str], epochs: int) -> dict:
+    """One run of one rank per node (reused when complete) as `run_row`'s row, with its run directory,
+    every epoch's time, what its audit found (`audit_problems`: nothing lost or duplicated when empty)
+    and how its job went."""
+    records, how = measure(cluster, run_dir, nodes, 1, overrides, epochs)
+    means = steady_means(records, skip_first=True)
+    return {**run_row(nodes, means, records[-1]), "run_dir": str(run_dir.relative_to(REPO)), "epochs": len(records),
+            "epoch_s_each": [r["time"]["epoch"]["max"] for r in records],
+            "audit_problems": audit_problems(run_dir), "job": how}
+
+
+def run_line(label: str, row: dict) -> str:
+    """`measured_run`'s row as the progress line the experiments print."""
+    problems = row["audit_problems"]
+    return (f"{row['nodes']} node(s) {label}: epoch {row['epoch_s']:.2f} s (io {row['io_s']:.2f}, fwbw "
+            f"{row['fwbw_s']:.2f}, allreduce {row['allreduce_s']:.2f}); audit "
+            f"{'ok' if not problems else 'FAILED: ' + '; '.join(problems)}; {row['job']}")
+
+
 def predict(platform: Path, dataset: str, rows: list[dict]) -> dict | None:
     """`hpcshuffle scale --platform <platform> --json` for the measured worker counts and strategies."""
     workers = sorted({row["workers"] for row in rows})
@@ -174,11 +193,17 @@ def predict(platform: Path, dataset: str, rows: list[dict]) -> dict | None:
     return json.loads(done.stdout)
 
 
+def workload(dataset: Path) -> list[str]:
+    """The training overrides every run of the experiment shares: `dataset` (under /pfs) as 32×32 images,
+    small_cnn, batch 32, with the audit of every sample on."""
+    return ["dataset=imagefolder", f"dataset.root={dataset}", f"storage.shared_dir={PFS}", "dataset.augment=flip",
+            f"dataset.image_size={IMAGE_SIZE}", f"model={MODEL}", f"batch_size={BATCH}", "audit=true"]
+
+
 def run_all(cluster: Cluster, node_counts: list[int], ranks_per_node: int, epochs: int, out: Path,
             dataset: Path) -> list[Run]:
     """Every (nodes, strategy) run, each one job under `out`/runs, with a progress line per run."""
-    common = ["dataset=imagefolder", f"dataset.root={dataset}", f"storage.shared_dir={PFS}", "dataset.augment=flip",
-              f"dataset.image_size={IMAGE_SIZE}", f"model={MODEL}", f"batch_size={BATCH}", "audit=true"]
+    common = workload(dataset)
     runs: list[Run] = []
     for nodes in node_counts:
         for label in STRATEGIES:

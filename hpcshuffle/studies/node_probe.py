@@ -90,6 +90,33 @@ def shared_reads(shared, ids: list[int]) -> dict:
             "sample_bytes": float(np.mean(sizes))}
 
 
+def concurrent_reads(shared, ids: list[int], readers: int) -> dict:
+    """`readers` threads reading distinct files of `ids` from shared storage at once, as GS reads them
+    (after an untimed pass): the bytes per second they got together, and the mean seconds per file."""
+    import threading
+
+    pieces = [ids[slot::readers] for slot in range(readers)]
+    times: list[float] = []
+
+    def reader(piece: list[int]) -> None:
+        for i in piece:
+            started = time.perf_counter()
+            shared.load((1, i))
+            times.append(time.perf_counter() - started)  # list.append is atomic under the GIL
+
+    def together() -> None:
+        threads = [threading.Thread(target=reader, args=(piece,)) for piece in pieces]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    seconds = timed(together)
+    timed_times = times[len(ids):]  # the timed pass's, after the untimed one's
+    nbytes = sum(shared.catalog.stat(i).nbytes for i in ids)
+    return {"readers": readers, "read_Bps": nbytes / seconds, "file_s": float(np.mean(timed_times))}
+
+
 def local_rates(shared, store_dir: Path, ids: list[int], image_size: int, batch: int, big_bytes: int) -> dict:
     """From a node-local store holding `ids`: seconds per file read, and per file loaded the way a
     rank's loader loads a batch (read, seeded augmentation, decode, collate); a large node-local
@@ -134,10 +161,12 @@ def compute(model_name: str, classes: int, image_size: int, batch: int, repeats:
 
 
 def probe_node(root: Path, big: Path, store: Path, files: int, image_size: int, batch: int, model: str,
-               repeats: int) -> dict:
+               repeats: int, readers: tuple[int, ...] = ()) -> dict:
     """One node's rates: `files` dataset files of the ImageFolder `root` read from shared storage as GS
-    reads them and the client's CPU on them, the large file `big` streamed, the same files from a store
-    made (and removed) at `store`, loaded as batches of `batch` at `image_size`, and FW+BW of `model`."""
+    reads them and the client's CPU on them, the large file `big` streamed, the same files read by each
+    count of `readers` threads at once ("concurrent": the storage's rate with k readers), the same files
+    from a store made (and removed) at `store`, loaded as batches of `batch` at `image_size`, and FW+BW
+    of `model`."""
     import torch
 
     torch.set_num_threads(1)  # jobs/train.sbatch: threads = --cpus-per-task = 1
@@ -148,6 +177,8 @@ def probe_node(root: Path, big: Path, store: Path, files: int, image_size: int, 
     result = shared_reads(shared, ids)
     result["big_bytes"] = big.stat().st_size
     result["shared_read_Bps"] = result["big_bytes"] / timed(lambda: read_file(big))
+    if readers:
+        result["concurrent"] = [concurrent_reads(shared, ids, k) for k in readers]
     result.update(local_rates(shared, store, ids, image_size, batch, result["big_bytes"]))
     result.update(compute(model, len(shared.catalog.classes), image_size, batch, repeats))
     result["cpus"] = os.cpu_count()
@@ -171,5 +202,7 @@ def probe_allreduce(model_name: str, repeats: int) -> dict | None:
     for parameter in model.parameters():
         parameter.grad = torch.ones_like(parameter)
     seconds = timed(lambda: average_gradients(model, world.size), repeats)
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()  # left to exit, gloo's threads abort the process (two ranks of one node)
     gradient_bytes = 4.0 * sum(p.numel() for p in model.parameters())
     return {"allreduce_s": seconds, "ranks": world.size, "gradient_bytes": gradient_bytes} if world.is_root else None

@@ -15,20 +15,16 @@ import tempfile
 import time
 from pathlib import Path
 
-from hpcshuffle.analysis.audit import audit_problems
 from hpcshuffle.analysis.read_times import summarize, table, with_ratios
-from hpcshuffle.analysis.report import steady_means
 from hpcshuffle.storage.read_latency import FILE_BYTES, POOL_FILES, prepare, probe, warm
 from hpcshuffle.storage.shared_io import mount_of, shared_mount
 from hpcshuffle.studies.cluster import PFS, connect, snapshot
 from hpcshuffle.studies.cluster_runs import (
-    BATCH,
-    IMAGE_SIZE,
-    MODEL,
     ensure_dataset,
     last_json,
-    measure,
-    run_row,
+    measured_run,
+    run_line,
+    workload,
 )
 from hpcshuffle.studies.runs import BIN, REPO, strategy_overrides
 
@@ -163,24 +159,14 @@ def cluster_runs(out: Path, node_counts: list[int], strategies: list[str], io_th
             sys.exit(f"the cluster is up with {cluster.settings}; these runs want storage_latency_ms="
                      f"{require_latency_ms} (bash scripts/cluster.sh down; up --storage-latency-ms ...)")
         dataset = ensure_dataset(cluster, samples)
-        common = ["dataset=imagefolder", f"dataset.root={dataset}", f"storage.shared_dir={PFS}",
-                  "dataset.augment=flip", f"dataset.image_size={IMAGE_SIZE}", f"model={MODEL}",
-                  f"batch_size={BATCH}", "audit=true", f"loader.io_threads={io_threads}",
-                  f"loader.workers={loader_workers}"]
+        common = [*workload(dataset), f"loader.io_threads={io_threads}", f"loader.workers={loader_workers}"]
         for nodes in node_counts:
             for label in strategies:
-                run_dir = out / "runs" / f"N{nodes}x1" / label
-                records, how = measure(cluster, run_dir, nodes, 1, [*common, *strategy_overrides(label)], epochs)
-                means = steady_means(records, skip_first=True)
-                problems = audit_problems(run_dir)
-                rows.append({**run_row(nodes, means, records[-1]), "run_dir": str(run_dir.relative_to(REPO)),
-                             "epochs": len(records), "epoch_s_each": [r["time"]["epoch"]["max"] for r in records],
-                             "audit_problems": problems, "job": how})
-                line = (f"{nodes} node(s) {label}: epoch {means['epoch']:.2f} s (io {means['io']:.2f}, fwbw "
-                        f"{means['fwbw']:.2f}, allreduce {means['allreduce']:.2f}); audit "
-                        f"{'ok' if not problems else 'FAILED: ' + '; '.join(problems)}; {how}")
-                lines.append(line)
-                print(line, flush=True)
+                row = measured_run(cluster, out / "runs" / f"N{nodes}x1" / label, nodes,
+                                   [*common, *strategy_overrides(label)], epochs)
+                rows.append(row)
+                lines.append(run_line(label, row))
+                print(lines[-1], flush=True)
     (out / "runs.json").write_text(json.dumps({"cluster": cluster.settings, "overrides": common,
                                                "samples": samples, "runs": rows}, indent=1) + "\n")
     (out / "runs.txt").write_text("seconds per epoch after the first (epoch: slowest rank; phases: mean over ranks)\n"

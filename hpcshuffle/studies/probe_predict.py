@@ -1,0 +1,167 @@
+"""Probe → predict on the namespace cluster (experiments/scale_probe_predict.py): measure one node,
+predict the epochs of more nodes with an interval, then measure those epochs several times.
+
+- **Probe** (`probe_once`, repeated): everything on ONE node. Its storage and compute rates through
+  the loader's code (experiments/cluster_probe.py node), the shared storage's rate with 1…k reader
+  threads at once, the MPI link between two ranks of that node forced through MPICH's network module
+  (`MPIR_CVAR_NOLOCAL=1`, as ranks on different nodes talk), and the gradient allreduce between two
+  ranks of that node (gloo, over TCP).
+- **Predict** (`predict`): each probe repeat becomes a platform (`repeat_text`: studies/cluster_platform's
+  yaml, its shared `read_bandwidth` the rate the probe measured with as many readers as the prediction
+  has nodes), simulated by `hpcshuffle scale`'s engine at seed = the repeat's number. A cell's predicted
+  interval is the median and the 10–90 % range over the repeats: how far the answer moves with the
+  machine's own variation between probes, and with the simulation's seed. A second, wider interval
+  adds the model's own error out of sample, as an earlier comparison of the same kind measured it
+  (`model_errors`: each run's measured over simulated epoch, results/reference/cluster, 2026-11-25):
+  every repeat's epoch times every one of those ratios, pooled. Nothing is fitted to a training run.
+- **Measure** (`measure_all`): every (nodes, strategy) cell `repeats` times, the repeats outermost
+  so each cell's runs are spread over the whole measurement.
+- **Compare** (`comparison`): per cell, the predicted median [p10, p90] (either interval) beside the
+  measured median and range, and whether the measured median lies inside the predicted range.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from pathlib import Path
+
+import yaml
+
+from hpcshuffle.plan.strategies import get_strategy
+from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.platform_yaml import platform_from_dict
+from hpcshuffle.scale.recommend import simulate_each
+from hpcshuffle.scale.scenario import Scenario
+from hpcshuffle.scale.seeds import Spread
+from hpcshuffle.studies.cluster import PFS, Cluster
+from hpcshuffle.studies.cluster_platform import platform_text
+from hpcshuffle.studies.cluster_runs import (
+    BATCH,
+    IMAGE_SIZE,
+    MODEL,
+    big_file,
+    last_json,
+    measured_run,
+    run_line,
+    workload,
+)
+from hpcshuffle.studies.runs import BIN, strategy_overrides
+
+LINK_WHERE = "between two ranks of one node through the network module (srun -N 1 -n 2, MPIR_CVAR_NOLOCAL=1)"
+ALLREDUCE_WHERE = "srun -N 1 -n 2: two ranks of one node, gloo over TCP"
+
+
+def probe_once(cluster: Cluster, dataset: Path, files: int, repeats: int, readers: tuple[int, ...]) -> dict:
+    """One repeat of the one-node probe: {"node" (with "concurrent": the storage with k readers), "link",
+    "allreduce", "intra_node"}, each as experiments/cluster_probe.py and scale.pingpong print it."""
+    python = str(BIN / "python")
+    one_node = ["srun", *cluster.placement(), "--nodes=1"]
+    node = last_json(cluster.step(
+        *one_node, "--ntasks=1", "--cpus-per-task=1", python, "experiments/cluster_probe.py", "node",
+        f"--root={PFS / dataset}", f"--big={big_file(cluster)}", f"--store=/tmp/probe-predict-{cluster.settings['nodes']}",
+        f"--files={files}", f"--repeats={repeats}", f"--image-size={IMAGE_SIZE}", f"--batch={BATCH}",
+        f"--model={MODEL}", "--readers", *map(str, readers)))
+    two_ranks = [*one_node, "--ntasks=2", "--mpi=pmi2"]
+    pingpong = [python, "-m", "hpcshuffle.scale.pingpong", str(4 << 20), str(repeats)]
+    link = last_json(cluster.step(*two_ranks, "env", "MPIR_CVAR_NOLOCAL=1", *pingpong))
+    allreduce = last_json(cluster.step(*two_ranks, python, "experiments/cluster_probe.py", "allreduce",
+                                       f"--model={MODEL}", f"--repeats={repeats}"))
+    return {"node": node, "link": {**link, "where": LINK_WHERE}, "allreduce": {**allreduce, "where": ALLREDUCE_WHERE},
+            "intra_node": last_json(cluster.step(*two_ranks, *pingpong))}
+
+
+def read_rate(measured: dict, readers: int) -> float:
+    """The shared storage's bytes/s with `readers` readers at once, as the probe measured it."""
+    rates = {point["readers"]: point["read_Bps"] for point in measured["node"]["concurrent"]}
+    if readers not in rates:
+        raise ValueError(f"the probe read with {sorted(rates)} readers at once, not {readers}: probe with "
+                         f"--readers up to the largest node count to predict")
+    return rates[readers]
+
+
+def repeat_text(settings: dict, measured: dict, dataset: tuple[str, int], nodes: int) -> str:
+    """The platform yaml of one probe repeat for predicting `nodes` nodes: cluster_platform's, with the
+    shared storage's bandwidth the one measured with `nodes` readers at once (so the per-file latency
+    is what a single reader's file took beyond its bytes at that rate)."""
+    node = {**measured["node"], "shared_read_Bps": read_rate(measured, nodes),
+            "shared_read_how": f"{nodes} threads reading the dataset's files at once, their bytes/s together"}
+    return platform_text(settings, {**measured, "node": node}, 1, MODEL, dataset, IMAGE_SIZE, BATCH)
+
+
+def scenario_of(label: str, nodes: int, dataset: str, seed: int) -> Scenario:
+    """The simulated epoch of a measured cell: `label` (global, local, partial-<q>) on `nodes` ranks."""
+    shuffle, _, q = label.partition("-")
+    return Scenario(workers=nodes, shuffle=shuffle, q=get_strategy(shuffle).q_for(float(q) if q else None),
+                    model=MODEL, dataset=dataset, batch_size=BATCH, seed=seed)
+
+
+def model_errors(measured_runs: list[dict], simulated_runs: list[dict]) -> list[float]:
+    """Measured over simulated epoch of every measured run that has a simulation of the same workers,
+    shuffle and q (rows of `hpcshuffle scale --json`'s schema): the model's errors out of sample."""
+    simulated = {(row["workers"], row["shuffle"], row["q"]): row["epoch_s"] for row in simulated_runs}
+    return [row["epoch_s"] / simulated[key] for row in measured_runs
+            if (key := (row["workers"], row["shuffle"], row["q"])) in simulated]
+
+
+def predict(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int], labels: list[str],
+            progress: Callable[[str], None], jobs: int = 2, errors: list[float] | None = None) -> list[dict]:
+    """Per (nodes, label): the simulated epoch at every probe repeat (seed = the repeat's number), and
+    their median, p10 and p90 ("epoch_s"); with `errors` (`model_errors`), also the spread of every
+    repeat's epoch times every error ("with_model_error")."""
+    runs, cells = [], []
+    for repeat, measured in enumerate(probes):
+        for nodes in node_counts:
+            platform = platform_from_dict(yaml.safe_load(repeat_text(settings, measured, dataset, nodes)),
+                                          f"probe repeat {repeat}, {nodes} readers")
+            for label in labels:
+                runs.append((f"probe {repeat}", platform, scenario_of(label, nodes, dataset[0], repeat)))
+                cells.append((nodes, label))
+    per_cell: dict[tuple[int, str], list[dict]] = {cell: [] for cell in cells}
+    for cell, result in zip(cells, simulate_each(runs, progress, jobs, simulate)):
+        per_cell[cell].append({"epoch_s": result.epoch_s, **{f"{phase}_s": s for phase, s in result.phases().items()}})
+    cells_out = []
+    for (nodes, label), each in per_cell.items():
+        epochs = [r["epoch_s"] for r in each]
+        cell = {"nodes": nodes, "run": label, "epoch_s": Spread.of(epochs).as_dict(), "repeats": each}
+        if errors:
+            cell["with_model_error"] = Spread.of([epoch * error for epoch in epochs for error in errors]).as_dict()
+        cells_out.append(cell)
+    return cells_out
+
+
+def measure_all(cluster: Cluster, out: Path, dataset: Path, node_counts: list[int], labels: list[str], repeats: int,
+                epochs: int) -> list[dict]:
+    """Every (nodes, label) cell measured `repeats` times (repeats outermost), one job each under
+    `out`/runs/N<nodes>x1/<label>/r<repeat> (complete runs reused), with a progress line per run."""
+    rows = []
+    total = repeats * len(node_counts) * len(labels)
+    for repeat in range(repeats):
+        for nodes in node_counts:
+            for label in labels:
+                run_dir = out / "runs" / f"N{nodes}x1" / label / f"r{repeat}"
+                row = measured_run(cluster, run_dir, nodes, [*workload(dataset), *strategy_overrides(label)], epochs)
+                rows.append({**row, "run": label, "repeat": repeat})
+                print(f"[{len(rows)}/{total}] repeat {repeat}: {run_line(label, row)}", flush=True)
+    return rows
+
+
+def comparison(predicted: list[dict], measured: list[dict], interval: str) -> tuple[str, int, int]:
+    """The table of predicted (each cell's `interval`: "epoch_s" or "with_model_error") against measured
+    epochs per cell; how many cells have their measured median inside the predicted [p10, p90], and
+    how many cells were measured."""
+    lines = [f"{'nodes':>5} {'run':<12} {'predicted median [p10, p90]':>29} {'measured median (min-max, n)':>32}"
+             f" {'error':>6}  inside"]
+    inside = cells = 0
+    for cell in predicted:
+        epochs = [row["epoch_s"] for row in measured if (row["nodes"], row["run"]) == (cell["nodes"], cell["run"])]
+        if not epochs:
+            continue
+        spread, median = cell[interval], statistics.median(epochs)
+        hit = spread["p10"] <= median <= spread["p90"]
+        inside, cells = inside + hit, cells + 1
+        lines.append(f"{cell['nodes']:>5} {cell['run']:<12} {spread['median']:>9.2f} [{spread['p10']:6.2f}, "
+                     f"{spread['p90']:6.2f}] {median:>15.2f} ({min(epochs):.2f}-{max(epochs):.2f}, {len(epochs)})"
+                     f" {median / spread['median'] - 1:>+6.0%}  {'yes' if hit else 'NO'}")
+    lines.append(f"{inside} of {cells} cells have the measured median inside the predicted 10-90 % range")
+    return "\n".join(lines), inside, cells
