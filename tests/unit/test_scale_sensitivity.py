@@ -321,3 +321,50 @@ def test_command_names_a_bad_range_as_a_usage_error(capsys, tmp_path, nothing_si
     path.write_text(yaml.safe_dump(tiny_raw(one(low=0.05, high=0.005))))
     err = cli_error(capsys, "scale", "--platform", str(path), *ON_TINY, "--sensitivity")
     assert err.startswith(f"hpcshuffle scale: error: {path}: ranges: shared.file_latency has low 0.05 above high")
+
+
+# ---- --seeds 1 prints what it printed before --seeds N existed ---------------------------------------
+
+ONE_SEED_TABLE = """\
+platform tiny ({path}): tiny on tiny, b=8 per rank, 2 workers, rank scope, seed 0; GS/LS and PLS/LS (q=0.1): \
+epoch over LS's epoch, with one knob at its low or high and every other number at the platform's value
+base: GS/LS 1.500  PLS/LS 1.005
+knob                               low        mid       high   GS/LS low  GS/LS high  PLS/LS low PLS/LS high  source
+shared.file_latency             0.0001      0.001       0.01       1.050       6.000       1.005       1.005  test: 10x either side
+models.tiny.fwbw_per_sample      5e-05     0.0001     0.0002       1.667       1.333       1.007       1.003  test: 2x either side
+exchange.cpu_per_sample         0.0001     0.0001      0.001       1.500       1.500       1.005       1.050  test: the platform's value to 10x
+"""  # noqa: E501 (the table's lines, as printed)
+
+
+def one_seed_document(path: str) -> dict:
+    """--sensitivity --json at one seed under fake_simulate, as printed before --seeds N existed."""
+    def outcome(gs_ls, pls_ls, epochs):
+        return {"gs_ls": gs_ls, "pls_ls": pls_ls, "epoch_s": dict(zip(("global", "local", "partial"), epochs))}
+
+    base = outcome(1.5, 1.005, (3.0, 2.0, 2.01))
+    return {"platform": "tiny", "source": path, "workers": 2, "q": 0.1, "model": "tiny", "dataset": "tiny", "batch": 8,
+            "seed": 0, "scope": "rank", "base": base, "knobs": [
+                {"knob": "shared.file_latency", "low": 0.0001, "mid": 0.001, "high": 0.01,
+                 "source": "test: 10x either side", "at_low": outcome(1.05, 1.005, (2.1, 2.0, 2.01)),
+                 "at_high": outcome(6.0, 1.005, (12.0, 2.0, 2.01))},
+                {"knob": "models.tiny.fwbw_per_sample", "low": 5e-05, "mid": 0.0001, "high": 0.0002,
+                 "source": "test: 2x either side",
+                 "at_low": outcome(1.6666666666666667, 1.0066666666666666, (2.5, 1.5, 1.51)),
+                 "at_high": outcome(1.3333333333333333, 1.0033333333333332, (4.0, 3.0, 3.01))},
+                {"knob": "exchange.cpu_per_sample", "low": 0.0001, "mid": 0.0001, "high": 0.001,
+                 "source": "test: the platform's value to 10x", "at_low": base,
+                 "at_high": outcome(1.5, 1.05, (3.0, 2.0, 2.1))}]}
+
+
+@pytest.mark.parametrize("seeds", [[], ["--seeds", "1"]])
+def test_one_seed_prints_byte_for_byte_what_it_printed_before(capsys, tiny_file, monkeypatch, seeds):
+    monkeypatch.setattr(sens, "simulate", fake_simulate([]))
+    main(["scale", "--platform", str(tiny_file), *ON_TINY, "--sensitivity", *seeds])
+    captured = capsys.readouterr()
+    assert captured.out == ONE_SEED_TABLE.format(path=tiny_file)
+    progress = sorted(line.split(" simulated in")[0] for line in captured.err.splitlines())
+    assert len(progress) == 18 and progress[:3] == ["[1/18] base: global q=1 at 2 workers: epoch 3.0 s",
+                            "[10/18] models.tiny.fwbw_per_sample=0.0002: global q=1 at 2 workers: epoch 4.0 s",
+                            "[11/18] models.tiny.fwbw_per_sample=0.0002: local q=0 at 2 workers: epoch 3.0 s"]
+    main(["scale", "--platform", str(tiny_file), *ON_TINY, "--sensitivity", "--json", *seeds])
+    assert capsys.readouterr().out == json.dumps(one_seed_document(str(tiny_file))) + "\n"
