@@ -12,7 +12,7 @@ it is simulated once, at the first seed, and reported with p10 = median = p90.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -141,24 +141,45 @@ class SeedRuns:
         return Spread.of([self.at(seed).epoch_s / baseline.at(seed).epoch_s for seed in seeds])
 
 
+@dataclass(frozen=True)
+class SeedPlan:
+    """What simulating one scenario at `seeds` seeds takes: SeedRuns' `scenario`, `seeds` and
+    `deterministic`, before any result. `simulate_seeds` runs a platform's plans; a study that runs
+    several platforms at once (scale/sensitivity.py) pools theirs."""
+
+    scenario: Scenario
+    seeds: tuple[int, ...]
+    deterministic: bool
+
+    @classmethod
+    def of(cls, platform: Platform, scenario: Scenario, seeds: int) -> SeedPlan:
+        """`scenario` at its seed and the `seeds` − 1 after it, on `platform` (`is_deterministic` there)."""
+        return cls(scenario, tuple(range(scenario.seed, scenario.seed + seeds)), is_deterministic(platform, scenario))
+
+    def simulations(self) -> list[tuple[str, Scenario]]:
+        """(progress label, scenario at its seed) of each simulation to run: one per seed, or only the
+        first where deterministic; the label is empty at one seed."""
+        if len(self.seeds) == 1:
+            return [("", self.scenario)]
+        if self.deterministic:
+            return [("every seed (nothing drawn)", replace(self.scenario, seed=self.seeds[0]))]
+        return [(f"seed {seed}", replace(self.scenario, seed=seed)) for seed in self.seeds]
+
+    def runs(self, results: Iterator[Result]) -> SeedRuns:
+        """The SeedRuns made of the next results, one per simulation, in `simulations`' order."""
+        return SeedRuns(self.scenario, self.seeds, tuple(next(results) for _ in self.simulations()),
+                        self.deterministic)
+
+
 def simulate_seeds(platform: Platform, scenarios: list[Scenario], seeds: int, progress: Callable[[str], None],
                    jobs: int = 1, simulate_one: Callable[[Platform, Scenario], Result] | None = None) -> list[SeedRuns]:
     """Each scenario at its seed and the `seeds` − 1 after it (once where `is_deterministic`), `jobs`
     simulations at a time, each seed its own; a progress line per simulation. In the scenarios' order."""
     check_seeds(min((scenario.seed for scenario in scenarios), default=0), seeds)
-    planned: list[tuple[Scenario, tuple[int, ...], bool]] = []
-    runs: list[tuple[str, Platform, Scenario]] = []
-    for scenario in scenarios:
-        every = tuple(range(scenario.seed, scenario.seed + seeds))
-        deterministic = is_deterministic(platform, scenario)
-        planned.append((scenario, every, deterministic))
-        for seed in every[:1] if deterministic else every:
-            label = "" if seeds == 1 else "every seed (nothing drawn)" if deterministic else f"seed {seed}"
-            runs.append((label, platform, replace(scenario, seed=seed)))
+    planned = [SeedPlan.of(platform, scenario, seeds) for scenario in scenarios]
+    runs = [(label, platform, seeded) for plan in planned for label, seeded in plan.simulations()]
     results = iter(simulate_each(runs, progress, jobs, simulate_one or simulate))
-    return [SeedRuns(scenario, every, tuple(next(results) for _ in (every[:1] if deterministic else every)),
-                     deterministic)
-            for scenario, every, deterministic in planned]
+    return [plan.runs(results) for plan in planned]
 
 
 # ---- ratios to LS, and the document -----------------------------------------------------------
