@@ -1,5 +1,6 @@
 """`hpcshuffle scale --sensitivity [--plot PATH.png]`: each knob of the platform's `ranges:` at its
-low and high, and how GS/LS and PLS/LS move (hpcshuffle/scale/sensitivity.py)."""
+low and high, and how GS/LS and PLS/LS move (hpcshuffle/scale/sensitivity.py, its output
+sensitivity_report.py)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from hpcshuffle.scale.platform import Platform
-from hpcshuffle.scale.sensitivity import (
+from hpcshuffle.scale.sensitivity import sensitivity
+from hpcshuffle.scale.sensitivity_report import (
     plot_tornado,
-    sensitivity,
     sensitivity_json,
     sensitivity_table,
 )

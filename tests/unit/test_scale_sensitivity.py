@@ -22,8 +22,10 @@ from hpcshuffle.scale.sensitivity import (
     RangeError,
     knob_ranges,
     knob_variant,
-    plot_tornado,
     sensitivity,
+)
+from hpcshuffle.scale.sensitivity_report import (
+    plot_tornado,
     sensitivity_json,
     sensitivity_table,
 )
