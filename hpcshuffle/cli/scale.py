@@ -3,7 +3,7 @@
     hpcshuffle scale --platform abci --workers 128 512 --shuffle global local partial --q 0.1 [--json]
     hpcshuffle scale --platform abci --workers 128 --shuffle global local --seeds 20 [--jobs 2] [--json]
     hpcshuffle scale --platform abci --workers 256 512 1024 --recommend [--tolerance 0.1] [--seeds 20]
-    hpcshuffle scale --platform abci --workers 512 --sensitivity [--q 0.1] [--plot tornado.png] [--json]
+    hpcshuffle scale --platform abci --workers 512 --sensitivity [--q 0.1] [--seeds 5] [--plot tornado.png] [--json]
     hpcshuffle scale calibrate RUN_DIR... [--out conf/platform/this_machine.yaml]
     hpcshuffle scale validate RUN_DIR... [--platform this_machine]
 """
@@ -80,10 +80,6 @@ def cmd_scale(args: argparse.Namespace) -> None:
     (--recommend) or the sensitivity study (--sensitivity, --plot). Every scenario is checked
     before any is simulated."""
     check_seeds(args.seed, args.seeds)
-    if args.seeds > 1 and args.sensitivity:
-        raise ValueError(f"--sensitivity answers at one seed (--seed S), got --seeds {args.seeds}; drop --seeds, "
-                         "or run `hpcshuffle scale --shuffle global local partial --seeds N` for each ratio's "
-                         "median and range over seeds")
     platform = load_platform(args.platform)
     if args.sensitivity or args.plot is not None:
         scale_sensitivity.cmd_sensitivity(args, platform, _progress)

@@ -22,9 +22,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Add --sensitivity and --plot to `scale`'s parser."""
     parser.add_argument("--sensitivity", action="store_true",
                         help="vary each knob of the platform's ranges: (low, high) at one --workers count and "
-                             "print how GS/LS and PLS/LS (at one --q, default 0.1) move, largest swing first")
+                             "print how GS/LS and PLS/LS (at one --q, default 0.1) move, largest swing first; with "
+                             "--seeds N, their medians over the seeds beside the base's own p10-p90 over them")
     parser.add_argument("--plot", type=Path, default=None, metavar="PATH.png",
-                        help="with --sensitivity: draw the tornado figure (GS/LS and PLS/LS per knob) there")
+                        help="with --sensitivity: draw the tornado figure (GS/LS and PLS/LS per knob, and with "
+                             "--seeds N the seed's spread as a bar of its own) there")
 
 
 def cmd_sensitivity(args: argparse.Namespace, platform: Platform, progress: Callable[[str], None]) -> None:
@@ -40,7 +42,7 @@ def cmd_sensitivity(args: argparse.Namespace, platform: Platform, progress: Call
     if args.plot is not None and not args.plot.parent.is_dir():  # before the simulations, not after
         raise ValueError(f"--plot {args.plot}: the directory {args.plot.parent} does not exist; create it first")
     study = sensitivity(platform, args.workers[0], (args.q or [0.1])[0], args.model, args.dataset, args.batch,
-                        args.seed, args.scope[0], args.jobs, progress)
+                        args.seed, args.scope[0], args.jobs, progress, seeds=args.seeds)
     if args.plot is not None:
         plot_tornado(study, args.plot)
     print(json.dumps(sensitivity_json(study)) if args.json else sensitivity_table(study))

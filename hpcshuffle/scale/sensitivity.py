@@ -10,6 +10,12 @@ Each knob is set to its low and to its high, every other number kept at the plat
 the epochs of global (GS), local (LS) and partial (PLS, at q) shuffling are simulated at one worker
 count; GS/LS and PLS/LS at both ends, against the platform's own (the base), show which knobs move
 the answer. Every range and every variant is checked before anything is simulated.
+
+At one seed that is one draw of whatever the platform draws at random. Over seeds S..S+N−1
+(`--seeds N`, scale/seeds.py) every platform runs at each seed (a scenario that draws nothing, once),
+each ratio is paired by seed, a knob's ends are their medians over the seeds, and the base's own
+10–90 % range over the seeds (`SeedSpread`) sits beside the knobs' swings: a knob that moves the
+answer less than the seed does is not what sets it.
 """
 
 from __future__ import annotations
@@ -26,10 +32,12 @@ from hpcshuffle.scale.platform import Platform, PlatformError
 from hpcshuffle.scale.platform_yaml import with_values
 from hpcshuffle.scale.recommend import simulate_each
 from hpcshuffle.scale.scenario import Result, Scenario, check_scenario
+from hpcshuffle.scale.seeds import SeedPlan, SeedRuns, Spread, check_seeds
 
 ENDS = ("low", "high")
 SHUFFLES = ("global", "local", "partial")  # GS, LS, PLS
 RATIOS = {"gs_ls": "GS/LS", "pls_ls": "PLS/LS"}
+OVER_LS = {"gs_ls": "global", "pls_ls": "partial"}  # whose epoch each ratio divides by LS's
 BASE = ("", "base")  # the key of the unvaried platform among (knob path, end) keys; no path is ""
 ENTRY_KEYS = ("low", "high", "source")
 EXAMPLE = 'ranges:\n  shared.file_latency: {low: 5.0e-3, high: 5.0e-2, source: "where these come from"}'
@@ -57,19 +65,29 @@ class KnobRange:
 
 @dataclass(frozen=True)
 class Outcome:
-    """The GS, LS and PLS epochs of one platform (the base, or one knob at one end), by shuffle name."""
+    """The GS, LS and PLS runs of one platform (the base, or one knob at one end) at the study's seeds,
+    by shuffle name."""
 
-    results: dict[str, Result]
+    runs: dict[str, SeedRuns]
+
+    @property
+    def results(self) -> dict[str, Result]:
+        """Each shuffle's result at the first seed, by shuffle name."""
+        return {shuffle: run.first for shuffle, run in self.runs.items()}
+
+    def spread(self, ratio: str) -> Spread:
+        """`ratio` (one of RATIOS) over the seeds, paired by seed: each seed's epoch over LS's at that seed."""
+        return self.runs[OVER_LS[ratio]].ratio(self.runs["local"])
 
     @property
     def gs_ls(self) -> float:
-        """Global shuffling's epoch over local shuffling's."""
-        return self.results["global"].epoch_s / self.results["local"].epoch_s
+        """Global shuffling's epoch over local shuffling's (at one seed; over several, its median)."""
+        return self.spread("gs_ls").median
 
     @property
     def pls_ls(self) -> float:
-        """Partial local shuffling's epoch over local shuffling's."""
-        return self.results["partial"].epoch_s / self.results["local"].epoch_s
+        """Partial local shuffling's epoch over local shuffling's (at one seed; over several, its median)."""
+        return self.spread("pls_ls").median
 
 
 @dataclass(frozen=True)
@@ -84,16 +102,60 @@ class KnobEffect:
         """|ratio at high − ratio at low|, `ratio` one of RATIOS ("gs_ls", "pls_ls")."""
         return abs(getattr(self.high, ratio) - getattr(self.low, ratio))
 
+    @property
+    def name(self) -> str:
+        """The knob's path: its row's name."""
+        return self.knob.path
+
+
+@dataclass(frozen=True)
+class SeedSpread:
+    """How far the base's ratios move with the seed alone: a row beside the knobs, its swing the
+    base's p90 − p10 over the seeds, as a knob's is |high − low|."""
+
+    seeds: tuple[int, ...]
+    base: Outcome
+
+    @property
+    def name(self) -> str:
+        """The row's name, e.g. "seed (0..19)"."""
+        return f"seed ({self.seeds[0]}..{self.seeds[-1]})"
+
+    def swing(self, ratio: str) -> float:
+        """The base's p90 − p10 of `ratio` (one of RATIOS) over the seeds."""
+        spread = self.base.spread(ratio)
+        return spread.p90 - spread.p10
+
+
+def by_swing(row: KnobEffect | SeedSpread) -> tuple[float, float, str]:
+    """The order of rows: largest GS/LS swing first, then largest PLS/LS swing, then by name."""
+    return -row.swing("gs_ls"), -row.swing("pls_ls"), row.name
+
 
 @dataclass(frozen=True)
 class Sensitivity:
-    """The base platform's outcome and every knob's, largest GS/LS swing first."""
+    """The base platform's outcome and every knob's, largest GS/LS swing first, at `seeds` seeds
+    from the scenarios' seed."""
 
     platform: str
     source: str
-    scenarios: dict[str, Scenario]  # by shuffle name, as simulated on every variant
+    scenarios: dict[str, Scenario]  # by shuffle name, as simulated on every variant (at the first seed)
     base: Outcome
     effects: list[KnobEffect]
+    seeds: int = 1
+
+    @property
+    def seed_spread(self) -> SeedSpread | None:
+        """The base's spread over the seeds as a row of its own; None at one seed."""
+        if self.seeds == 1:
+            return None
+        first = self.scenarios["local"].seed
+        return SeedSpread(tuple(range(first, first + self.seeds)), self.base)
+
+    def rows(self) -> list[KnobEffect | SeedSpread]:
+        """The knobs and (over several seeds) the seed spread, largest GS/LS swing first (`by_swing`)."""
+        spread = self.seed_spread
+        return self.effects if spread is None else sorted([*self.effects, spread], key=by_swing)
 
 
 # ---- ranges and variants (no simulation) ----------------------------------------------------------
@@ -203,14 +265,17 @@ def _simulated_identity(platform: Platform, scenario: Scenario) -> str:
 
 def sensitivity(platform: Platform, workers: int, q: float, model: str, dataset: str, batch_size: int,
                 seed: int = 0, scope: str = "rank", jobs: int = 1, progress: Callable[[str], None] | None = None,
-                simulate_one: Callable[[Platform, Scenario], Result] | None = None) -> Sensitivity:
-    """Simulate GS, LS and PLS(q) on the platform and on each knob at its low and its high.
+                simulate_one: Callable[[Platform, Scenario], Result] | None = None, seeds: int = 1) -> Sensitivity:
+    """Simulate GS, LS and PLS(q) on the platform and on each knob at its low and its high, at seeds
+    `seed` .. `seed` + `seeds` − 1.
 
     Every range, variant and scenario is checked first (RangeError, PlatformError, ValueError); a
     variant the simulation reads as identical to another (a bound equal to the platform's value, a
-    knob of a model not simulated) is simulated once. `jobs` simulations run at a time; `progress`
+    knob of a model not simulated) is simulated once, and so is a scenario in which nothing is drawn
+    at random (seeds.is_deterministic on its variant). `jobs` simulations run at a time; `progress`
     gets one line per simulation; `simulate_one` (default engine.simulate) runs one, e.g. a cached one.
     """
+    check_seeds(seed, seeds)
     knobs = knob_ranges(platform)
     scenarios = ratio_scenarios(workers, q, model, dataset, batch_size, seed, scope)
     variants, names = {BASE: platform}, {BASE: "base"}
@@ -232,12 +297,15 @@ def sensitivity(platform: Platform, workers: int, q: float, model: str, dataset:
     for key, variant in variants.items():
         for shuffle, scenario in scenarios.items():
             runs.setdefault((identity[key], shuffle), (names[key], variant, scenario))
-    results = simulate_each(list(runs.values()), progress or (lambda line: None), jobs, simulate_one or simulate)
-    by_run = dict(zip(runs, results))
+    plans = {run: SeedPlan.of(variant, scenario, seeds) for run, (_, variant, scenario) in runs.items()}
+    simulations = [(f"{name}, {label}" if label else name, variant, seeded)
+                   for run, (name, variant, _) in runs.items() for label, seeded in plans[run].simulations()]
+    results = iter(simulate_each(simulations, progress or (lambda line: None), jobs, simulate_one or simulate))
+    by_run = {run: plan.runs(results) for run, plan in plans.items()}
 
     def outcome(key: tuple[str, str]) -> Outcome:
         return Outcome({shuffle: by_run[identity[key], shuffle] for shuffle in scenarios})
 
     effects = [KnobEffect(knob, outcome((knob.path, "low")), outcome((knob.path, "high"))) for knob in knobs]
-    effects.sort(key=lambda effect: (-effect.swing("gs_ls"), -effect.swing("pls_ls"), effect.knob.path))
-    return Sensitivity(platform.name, platform.source, scenarios, outcome(BASE), effects)
+    effects.sort(key=by_swing)
+    return Sensitivity(platform.name, platform.source, scenarios, outcome(BASE), effects, seeds)

@@ -338,7 +338,6 @@ def test_recommend_at_one_seed_prints_the_one_draw_table(capsys, faked):
                        "draw, --seeds 20 for a median and its 10-90 % range), got 0"),
     (["--seeds", "-3"], "--seeds must be >= 1"),
     (["--seed", "-1", "--seeds", "4"], "--seed must be >= 0 (the first seed; numpy's seeds are non-negative), got -1"),
-    (["--seeds", "5", "--sensitivity"], "--sensitivity answers at one seed (--seed S), got --seeds 5; drop --seeds"),
 ])
 def test_bad_seeds_are_refused_before_anything_is_simulated(capsys, nothing_simulated, flags, message):
     err = cli_error(capsys, "scale", "--platform", str(TINY), *ON_TINY, *flags)

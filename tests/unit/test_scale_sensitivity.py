@@ -335,7 +335,7 @@ knob                               low        mid       high   GS/LS low  GS/LS 
 shared.file_latency             0.0001      0.001       0.01       1.050       6.000       1.005       1.005  test: 10x either side
 models.tiny.fwbw_per_sample      5e-05     0.0001     0.0002       1.667       1.333       1.007       1.003  test: 2x either side
 exchange.cpu_per_sample         0.0001     0.0001      0.001       1.500       1.500       1.005       1.050  test: the platform's value to 10x
-"""  # noqa: E501 (the table's lines, as printed)
+"""
 
 
 def one_seed_document(path: str) -> dict:
