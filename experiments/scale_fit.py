@@ -8,10 +8,11 @@ predicted from a fit to the other four. The fitted values are the fit without th
 the number results/reference/scale/timers.txt finds inconsistent with the others; no fit uses all five.
 Deterministic: a rerun writes the same fit.txt. About 4 minutes here (five fits, two starts each).
 
-    python experiments/scale_fit.py [--platform abci] [--out results/reference/scale] [--write-platform]
+    python experiments/scale_fit.py [--platform abci] [--out results/reference/scale] [--write-platform [NAME]]
 
 `--write-platform` writes the fitted values into the platform's yaml, each with a comment naming what it
-was fitted to (this changes every cached simulation's key: check what depends on them first).
+was fitted to (this changes every cached simulation's key: check what depends on them first);
+`--write-platform abci_fit` writes them into a new conf/platform/abci_fit.yaml instead, abci's copy.
 fit.txt ends with experiments/scale_study.py's `fit_check.txt` where it is there (`--figures fit`: SimGrid
 against the fast path, seed by seed, at the fit's size; simulated once and cached under <out>/cache).
 """
@@ -32,8 +33,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--platform", default="abci")
     parser.add_argument("--out", default="results/reference/scale")
-    parser.add_argument("--write-platform", action="store_true",
-                        help="write the fitted values into conf/platform/<platform>.yaml")
+    parser.add_argument("--write-platform", nargs="?", const="", default=None, metavar="NAME",
+                        help="write the fitted values into conf/platform/<platform>.yaml, or with NAME into a new "
+                             "conf/platform/NAME.yaml (the platform's copy, fitted)")
     args = parser.parse_args()
     out = Path(args.out)
     platform = load_platform(args.platform)
@@ -54,11 +56,13 @@ def main() -> None:
     if readme.exists():
         readme.write_text(with_fenced_block(readme.read_text(), "fit.txt", "experiments/scale_fit.py", text))
     print(text)
-    if args.write_platform:
+    if args.write_platform is not None:
         note = ("Nguyen Sec. V-F's medians but the slowest rank's (DenseNet-161, 512 workers; "
                 "results/reference/scale/fit.txt)")
-        write_platform(platform_path(args.platform), held_out(rows).fit.values, note)
-        print(f"wrote the fitted values into {platform_path(args.platform)}")
+        source = platform_path(args.platform)
+        target = source.with_name(f"{args.write_platform}.yaml") if args.write_platform else source
+        write_platform(target, held_out(rows).fit.values, note, source if target != source else None)
+        print(f"wrote the fitted values into {target}")
 
 
 if __name__ == "__main__":

@@ -33,31 +33,17 @@ from pathlib import Path
 from hpcshuffle.studies.cluster import connect, snapshot
 from hpcshuffle.studies.cluster_runs import STRATEGIES, ensure_dataset
 from hpcshuffle.studies.probe_predict import (
-    comparison,
+    comparison_text,
     measure_all,
     model_errors,
     predict,
+    prediction_text,
     probe_once,
     repeat_text,
 )
 from hpcshuffle.studies.runs import REPO
 
 SAMPLES = 3000  # experiments/cluster_scaling.py's dataset: 3,000 ~107 KB JPEGs
-INTERVALS = {"epoch_s": "the interval over the probe's repeats alone",
-             "with_model_error": "the interval with the model's earlier out-of-sample errors (--past)"}
-
-
-def prediction_text(written: str, past: str, cells: list[dict]) -> str:
-    """predict's table: per cell both intervals, as committed before any run."""
-    lines = [f"predicted {written}: seconds per epoch after the first, slowest rank, median [p10, p90]",
-             f"{'nodes':>5} {'run':<12} {'over the probe repeats':>28} {'with the model errors':>28}"]
-    for cell in cells:
-        lines.append(f"{cell['nodes']:>5} {cell['run']:<12} " + " ".join(
-            f"{c['median']:>9.2f} [{c['p10']:6.2f}, {c['p90']:6.2f}]   " for c in (cell['epoch_s'],
-                                                                             cell['with_model_error'])).rstrip())
-    return "\n".join(lines) + f"\nmodel errors from {past}\n"
-
-
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=["predict", "measure", "compare"])
@@ -111,10 +97,7 @@ def main() -> None:
     if args.step == "compare":
         predicted = json.loads((args.out / "predicted.json").read_text())
         measured = json.loads((args.out / "measured.json").read_text())
-        text = (f"predicted {predicted['written']} from {args.out.relative_to(REPO)}/probes.json (one node), measured "
-                f"{measured['written']}; seconds per epoch after the first, slowest rank")
-        for interval, title in INTERVALS.items():
-            text += f"\n{title}\n{comparison(predicted['cells'], measured['runs'], interval)[0]}\n"
+        text = comparison_text(str(args.out.relative_to(REPO)), predicted, measured)
         (args.out / "compare.txt").write_text(text)
         print(text, end="")
         return

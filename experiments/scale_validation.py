@@ -17,6 +17,9 @@ side by side, in sample and out of sample (results/reference/scale/validation.tx
    target nscluster-lat5ms, as `scale calibrate --storage` reads them) and its bandwidth from the
    storage link then set (1 Gbit, at the share of its setting nscluster's probe reached). Against
    results/reference/cluster/oos/runs (GS and LS on 2 and 3 nodes, 4 files in flight).
+4. Probe → predict (experiments/scale_probe_predict.py, its stored predictions and runs: nothing is
+   simulated here): one node of the cluster probed, each 2- and 3-node cell of GS, LS and PLS
+   predicted as a median with two 10-90 % intervals before any run, then measured several times.
 
     python experiments/scale_validation.py [--out results/reference/scale/validation.txt] [--jobs 2]
 """
@@ -32,10 +35,12 @@ from hpcshuffle.scale.calibrate import measured_storage, read_runs
 from hpcshuffle.scale.platform_yaml import load_platform, with_values
 from hpcshuffle.scale.validate import validate, validation_table
 from hpcshuffle.studies.cluster_platform import rate_bytes_per_s
+from hpcshuffle.studies.probe_predict import comparison_text
 from hpcshuffle.studies.runs import REPO
 
 LATENCY = REPO / "results/reference/storage/latency.json"
 LATENCY_TARGET = "nscluster-lat5ms"
+PROBE = REPO / "results/reference/scale/probe"
 
 
 def runs_under(*patterns: str) -> list[str]:
@@ -78,6 +83,11 @@ def main() -> None:
         settings = ", ".join(f"{key} {value}" for key, value in storage.items())
         parts.append(section(f"nscluster with 5 ms per brick read, shared storage from {LATENCY.relative_to(REPO)} "
                              f"({settings}) against runs it never saw", with_values(cluster, storage), oos, args.jobs))
+    if (PROBE / "measured.json").is_file():
+        parts.append("== probe -> predict: one node probed, 2 and 3 nodes predicted with an interval and measured "
+                     "several times (experiments/scale_probe_predict.py)\n"
+                     + comparison_text(str(PROBE.relative_to(REPO)), json.loads((PROBE / "predicted.json").read_text()),
+                                       json.loads((PROBE / "measured.json").read_text())).rstrip("\n"))
     text = "\n\n".join(parts) + "\n"
     Path(args.out).write_text(f"# python experiments/scale_validation.py   (see its docstring)\n{text}")
     print(text)

@@ -18,7 +18,7 @@ RATE_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "
 NOT_LIMITING = 1.0e12
 
 HEADER = """\
-# written by experiments/cluster_scaling.py ({date}); `calibration:` below keeps every measurement.
+# written by {written_by} ({date}); `calibration:` below keeps every measurement.
 # All values SI (bytes, bytes/s, seconds). Sources:
 #  [SET]   `bash scripts/cluster.sh status`: {settings}
 #  [NODE]  experiments/cluster_probe.py node on one node (srun -N 1 -n 1 --cpus-per-task 1), with the machine as it
@@ -129,8 +129,8 @@ def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: i
 
 
 def platform_text(settings: dict, measured: dict, ranks_per_node: int, model: str, dataset: tuple[str, int],
-                  image_size: int, batch: int) -> str:
-    """The platform yaml, every number with a comment naming its source.
+                  image_size: int, batch: int, written_by: str = "experiments/cluster_scaling.py") -> str:
+    """The platform yaml, every number with a comment naming its source (and `written_by`, the script).
 
     `measured`: {"node": cluster_probe node, "link" and "allreduce" (absent on a one-node cluster),
     "intra_node": ping-pong inside a node}; "link" and "allreduce" may say where they were measured
@@ -168,12 +168,12 @@ def platform_text(settings: dict, measured: dict, ranks_per_node: int, model: st
         "gradient_bytes": node["gradient_bytes"], "dataset": dataset[0], "samples": dataset[1],
         "sample_bytes": sample_bytes, "big_mib": round(node["big_bytes"] / 2**20),
     }
-    header = HEADER.format(date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    header = HEADER.format(written_by=written_by, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            settings=" ".join(f"{k}={v}" for k, v in settings.items()), files=node["files"],
                            big_mib=values["big_mib"], cpus=node["cpus"],
                            link_how="measured" if "link" in measured else "a one-node cluster: the [INTRA] figures",
                            link_where=link.get("where", LINK_WHERE),
                            allreduce_where=allreduce.get("where", ALLREDUCE_WHERE))
-    calibration = {"calibration": {"written_by": "experiments/cluster_scaling.py", "settings": settings,
+    calibration = {"calibration": {"written_by": written_by, "settings": settings,
                                    "measured": measured}}
     return header + "\n" + BODY.format(**values) + "\n" + yaml.safe_dump(calibration, sort_keys=False)

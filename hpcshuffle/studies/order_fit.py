@@ -197,10 +197,17 @@ def report(platform: Platform, command: str, rows: list[LeftOut], stored_ratio: 
     return "\n".join(lines)
 
 
-def write_platform(path: Path, values: dict[str, float], note: str) -> None:
+def write_platform(path: Path, values: dict[str, float], note: str, source: Path | None = None) -> None:
     """Set the free knobs in the platform yaml at `path` to `values`, each line's comment saying what it was
-    fitted to (`note`); ValueError when a knob's line is not found."""
-    text = path.read_text()
+    fitted to (`note`); ValueError when a knob's line is not found. With `source`, `path` is a new platform:
+    `source`'s yaml under the name of `path`'s stem, so the platform it was fitted from keeps its values."""
+    text = path.read_text() if source is None else source.read_text()
+    if source is not None:
+        text, count = re.subn(r"^name: \S+", f"name: {path.stem}", text, count=1, flags=re.M)
+        if count != 1:
+            raise ValueError(f"{source}: no `name:` line to rename to {path.stem}")
+        text = (f"# {path.name}: {source.name} with the free knobs fitted by experiments/scale_fit.py (FITTED below); "
+                f"every other number and source as in {source.name}\n") + text
     patterns = {"shared.file_latency": r"^(  file_latency: )\S+(.*)$",
                 "shared.client_spread.cv": r"^(  client_spread: \{dist: lognormal, mean: 1\.0, cv: )[^}]+(\}.*)$",
                 "loader.cpu_per_file": r"^(  cpu_per_file: )\S+(.*)$"}

@@ -50,6 +50,8 @@ from hpcshuffle.studies.runs import BIN, strategy_overrides
 
 LINK_WHERE = "between two ranks of one node through the network module (srun -N 1 -n 2, MPIR_CVAR_NOLOCAL=1)"
 ALLREDUCE_WHERE = "srun -N 1 -n 2: two ranks of one node, gloo over TCP"
+INTERVALS = {"epoch_s": "the interval over the probe's repeats alone",
+             "with_model_error": "the interval with the model's earlier out-of-sample errors (--past)"}
 
 
 def probe_once(cluster: Cluster, dataset: Path, files: int, repeats: int, readers: tuple[int, ...]) -> dict:
@@ -86,7 +88,8 @@ def repeat_text(settings: dict, measured: dict, dataset: tuple[str, int], nodes:
     is what a single reader's file took beyond its bytes at that rate)."""
     node = {**measured["node"], "shared_read_Bps": read_rate(measured, nodes),
             "shared_read_how": f"{nodes} threads reading the dataset's files at once, their bytes/s together"}
-    return platform_text(settings, {**measured, "node": node}, 1, MODEL, dataset, IMAGE_SIZE, BATCH)
+    return platform_text(settings, {**measured, "node": node}, 1, MODEL, dataset, IMAGE_SIZE, BATCH,
+                         "experiments/scale_probe_predict.py (one probe repeat)")
 
 
 def scenario_of(label: str, nodes: int, dataset: str, seed: int) -> Scenario:
@@ -165,3 +168,25 @@ def comparison(predicted: list[dict], measured: list[dict], interval: str) -> tu
                      f" {median / spread['median'] - 1:>+6.0%}  {'yes' if hit else 'NO'}")
     lines.append(f"{inside} of {cells} cells have the measured median inside the predicted 10-90 % range")
     return "\n".join(lines), inside, cells
+
+
+def prediction_text(written: str, past: str, cells: list[dict]) -> str:
+    """The predictions' table: per cell both intervals (`predict` with errors), as committed before any
+    run; `past`: where the model's errors came from."""
+    lines = [f"predicted {written}: seconds per epoch after the first, slowest rank, median [p10, p90]",
+             f"{'nodes':>5} {'run':<12} {'over the probe repeats':>28} {'with the model errors':>28}"]
+    for cell in cells:
+        lines.append(f"{cell['nodes']:>5} {cell['run']:<12} " + " ".join(
+            f"{c['median']:>9.2f} [{c['p10']:6.2f}, {c['p90']:6.2f}]   " for c in (cell['epoch_s'],
+                                                                             cell['with_model_error'])).rstrip())
+    return "\n".join(lines) + f"\nmodel errors from {past}\n"
+
+
+def comparison_text(where: str, predicted: dict, measured: dict) -> str:
+    """`comparison` under each of INTERVALS, headed by when the predictions (from `where`/probes.json)
+    and the runs were made: predicted.json's and measured.json's documents."""
+    text = (f"predicted {predicted['written']} from {where}/probes.json (one node), measured {measured['written']}; "
+            "seconds per epoch after the first, slowest rank")
+    for interval, title in INTERVALS.items():
+        text += f"\n{title}\n{comparison(predicted['cells'], measured['runs'], interval)[0]}\n"
+    return text

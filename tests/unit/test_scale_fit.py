@@ -155,3 +155,8 @@ def test_write_platform_sets_the_free_knobs_with_a_comment_and_nothing_else(tmp_
     assert path.read_text().count("FITTED by experiments/scale_fit.py to a test") == 3
     assert dataclasses.replace(written, source="", extra={}) == dataclasses.replace(
         order_fit.with_free(ABCI, values), source="", extra={})
+    copy = tmp_path / "abci_fit.yaml"  # a new platform: the source keeps its values
+    order_fit.write_platform(copy, values, "a test", source=platform_path("abci"))
+    fitted = load_platform(str(copy))
+    assert fitted.name == "abci_fit" and fitted.shared.client_spread.cv == 2.25
+    assert load_platform("abci").shared.client_spread.cv == ABCI.shared.client_spread.cv
