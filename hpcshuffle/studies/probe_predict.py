@@ -185,7 +185,7 @@ def prediction_text(written: str, past: str, cells: list[dict]) -> str:
 def comparison_text(where: str, predicted: dict, measured: dict) -> str:
     """`comparison` under each of INTERVALS, headed by when the predictions (from `where`/probes.json)
     and the runs were made: predicted.json's and measured.json's documents."""
-    text = (f"predicted {predicted['written']} from {where}/probes.json (one node), measured {measured['written']}; "
+    text = (f"predicted {predicted['written']} from {where}/probes.json (one node), measured from {measured['written']}; "
             "seconds per epoch after the first, slowest rank")
     for interval, title in INTERVALS.items():
         text += f"\n{title}\n{comparison(predicted['cells'], measured['runs'], interval)[0]}\n"
