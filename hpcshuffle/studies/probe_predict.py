@@ -13,7 +13,8 @@ predict the epochs of more nodes with an interval, then measure those epochs sev
   machine's own variation between probes, and with the simulation's seed. A second, wider interval
   adds the model's own error out of sample, as an earlier comparison of the same kind measured it
   (`model_errors`: each run's measured over simulated epoch, results/reference/cluster, 2026-11-25):
-  every repeat's epoch times every one of those ratios, pooled. Nothing is fitted to a training run.
+  every repeat's epoch times every one of those ratios, pooled. Nothing is fitted to a run the
+  predictions are compared with.
 - **Measure** (`measure_all`): every (nodes, strategy) cell `repeats` times, the repeats outermost
   so each cell's runs are spread over the whole measurement.
 - **Compare** (`comparison`): per cell, the predicted median [p10, p90] (either interval) beside the
@@ -22,6 +23,7 @@ predict the epochs of more nodes with an interval, then measure those epochs sev
 
 from __future__ import annotations
 
+import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -61,7 +63,7 @@ def probe_once(cluster: Cluster, dataset: Path, files: int, repeats: int, reader
     one_node = ["srun", *cluster.placement(), "--nodes=1"]
     node = last_json(cluster.step(
         *one_node, "--ntasks=1", "--cpus-per-task=1", python, "experiments/cluster_probe.py", "node",
-        f"--root={PFS / dataset}", f"--big={big_file(cluster)}", f"--store=/tmp/probe-predict-{cluster.settings['nodes']}",
+        f"--root={PFS / dataset}", f"--big={big_file(cluster)}", f"--store=/tmp/probe-predict-{os.getpid()}",
         f"--files={files}", f"--repeats={repeats}", f"--image-size={IMAGE_SIZE}", f"--batch={BATCH}",
         f"--model={MODEL}", "--readers", *map(str, readers)))
     two_ranks = [*one_node, "--ntasks=2", "--mpi=pmi2"]
