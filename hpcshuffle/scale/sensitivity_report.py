@@ -121,11 +121,12 @@ def plot_tornado(study: Sensitivity, path: Path) -> None:
             axes.barh([ordered.index(spread)], [over.p90 - over.p10], left=over.p10, height=0.76, color="tab:gray",
                       label=f"the base over seeds {spread.seeds[0]}..{spread.seeds[-1]}: p10 to p90")
         values = "the platform's values (in parentheses)" + (", median over the seeds" if spread else "")
-        axes.axvline(base, color="black", linewidth=1, label=f"{values}: {base:.3f}")
+        axes.axvline(base, color="black", linewidth=1, label=f"{values}: the number in each title")
         axes.set_yticks(list(range(len(ordered))), [_tick(row) for row in ordered], fontsize="small")
         axes.set_xlabel("epoch / LS epoch")
-        axes.set_title(name if ratio == "gs_ls" else f"{name} (q = {q:g})")
-        axes.legend(fontsize="small", loc="best")
+        axes.set_title((name if ratio == "gs_ls" else f"{name} (q = {q:g})") + f": {base:.3f}")
+    # one legend below both panels: inside a panel it covers the top bars, the largest swings
+    figure.legend(*axes.get_legend_handles_labels(), loc="outside lower center", ncols=2, fontsize="small")
     pls = study.scenarios["partial"]
     seeds = f", seeds {spread.seeds[0]}..{spread.seeds[-1]} (medians)" if spread else ""
     figure.suptitle(f"{study.platform}: {pls.model} on {pls.dataset}, {pls.workers} workers, b = {pls.batch_size}"
