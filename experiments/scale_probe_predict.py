@@ -44,6 +44,8 @@ from hpcshuffle.studies.probe_predict import (
 from hpcshuffle.studies.runs import REPO
 
 SAMPLES = 3000  # experiments/cluster_scaling.py's dataset: 3,000 ~107 KB JPEGs
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("step", choices=["predict", "measure", "compare"])

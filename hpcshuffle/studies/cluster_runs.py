@@ -69,26 +69,40 @@ def last_json(done: subprocess.CompletedProcess) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def node_rates(cluster: Cluster, dataset: Path, files: int, repeats: int, readers: tuple[int, ...] = ()) -> dict:
+    """experiments/cluster_probe.py node on one node (one task, one CPU): its storage and compute rates,
+    and with `readers` the storage's rate with each count of readers at once."""
+    return last_json(cluster.step(
+        "srun", *cluster.placement(), "--nodes=1", "--ntasks=1", "--cpus-per-task=1", str(BIN / "python"),
+        "experiments/cluster_probe.py", "node", f"--root={PFS / dataset}", f"--big={big_file(cluster)}",
+        f"--store=/tmp/cluster-probe-{os.getpid()}", f"--files={files}", f"--repeats={repeats}",
+        f"--image-size={IMAGE_SIZE}", f"--batch={BATCH}", f"--model={MODEL}",
+        *(["--readers", *map(str, readers)] if readers else [])))
+
+
+def pingpong(repeats: int) -> list[str]:
+    """The MPI ping-pong's command (4 MiB messages), for an srun of two ranks."""
+    return [str(BIN / "python"), "-m", "hpcshuffle.scale.pingpong", str(4 << 20), str(repeats)]
+
+
+def allreduce_probe(repeats: int) -> list[str]:
+    """experiments/cluster_probe.py allreduce's command (the model's gradients), for an srun of two ranks."""
+    return [str(BIN / "python"), "experiments/cluster_probe.py", "allreduce", f"--model={MODEL}", f"--repeats={repeats}"]
+
+
 def probe(cluster: Cluster, dataset: Path, quick: bool) -> dict:
     """The cluster's measured rates: one node's storage and compute, the MPI link between two nodes
     and inside one, the gradient allreduce between two nodes."""
     started = time.perf_counter()
-    python = str(BIN / "python")
     files, repeats = (40, 3) if quick else (300, 20)
-    node = last_json(cluster.step(
-        "srun", *cluster.placement(), "--nodes=1", "--ntasks=1", "--cpus-per-task=1", python,
-        "experiments/cluster_probe.py", "node", f"--root={PFS / dataset}", f"--big={big_file(cluster)}",
-        f"--store=/tmp/cluster-probe-{os.getpid()}", f"--files={files}", f"--repeats={repeats}",
-        f"--image-size={IMAGE_SIZE}", f"--batch={BATCH}", f"--model={MODEL}"))
-    pingpong = [python, "-m", "hpcshuffle.scale.pingpong", str(4 << 20), str(repeats)]
+    node = node_rates(cluster, dataset, files, repeats)
     measured = {"node": node}
     if cluster.settings["nodes"] >= 2:
         two_nodes = ["srun", *cluster.placement(), "--nodes=2", "--ntasks-per-node=1", "--mpi=pmi2"]
-        measured["link"] = last_json(cluster.step(*two_nodes, *pingpong))
-        measured["allreduce"] = last_json(cluster.step(*two_nodes, python, "experiments/cluster_probe.py", "allreduce",
-                                                      f"--model={MODEL}", f"--repeats={repeats}"))
+        measured["link"] = last_json(cluster.step(*two_nodes, *pingpong(repeats)))
+        measured["allreduce"] = last_json(cluster.step(*two_nodes, *allreduce_probe(repeats)))
     one_node = ["srun", *cluster.placement(), "--nodes=1", "--ntasks=2", "--mpi=pmi2"]
-    measured["intra_node"] = last_json(cluster.step(*one_node, *pingpong))
+    measured["intra_node"] = last_json(cluster.step(*one_node, *pingpong(repeats)))
     link = measured.get("link")
     between = f", MPI between nodes {link['bandwidth_Bps'] / 1e6:.0f} MB/s, {link['latency_s'] * 1e6:.0f} µs" \
         if link else ""

@@ -23,7 +23,6 @@ predict the epochs of more nodes with an interval, then measure those epochs sev
 
 from __future__ import annotations
 
-import os
 import statistics
 from collections.abc import Callable
 from pathlib import Path
@@ -36,19 +35,21 @@ from hpcshuffle.scale.platform_yaml import platform_from_dict
 from hpcshuffle.scale.recommend import simulate_each
 from hpcshuffle.scale.scenario import Scenario
 from hpcshuffle.scale.seeds import Spread
-from hpcshuffle.studies.cluster import PFS, Cluster
+from hpcshuffle.studies.cluster import Cluster
 from hpcshuffle.studies.cluster_platform import platform_text
 from hpcshuffle.studies.cluster_runs import (
     BATCH,
     IMAGE_SIZE,
     MODEL,
-    big_file,
+    allreduce_probe,
     last_json,
     measured_run,
+    node_rates,
+    pingpong,
     run_line,
     workload,
 )
-from hpcshuffle.studies.runs import BIN, strategy_overrides
+from hpcshuffle.studies.runs import strategy_overrides
 
 LINK_WHERE = "between two ranks of one node through the network module (srun -N 1 -n 2, MPIR_CVAR_NOLOCAL=1)"
 ALLREDUCE_WHERE = "srun -N 1 -n 2: two ranks of one node, gloo over TCP"
@@ -59,20 +60,12 @@ INTERVALS = {"epoch_s": "the interval over the probe's repeats alone",
 def probe_once(cluster: Cluster, dataset: Path, files: int, repeats: int, readers: tuple[int, ...]) -> dict:
     """One repeat of the one-node probe: {"node" (with "concurrent": the storage with k readers), "link",
     "allreduce", "intra_node"}, each as experiments/cluster_probe.py and scale.pingpong print it."""
-    python = str(BIN / "python")
-    one_node = ["srun", *cluster.placement(), "--nodes=1"]
-    node = last_json(cluster.step(
-        *one_node, "--ntasks=1", "--cpus-per-task=1", python, "experiments/cluster_probe.py", "node",
-        f"--root={PFS / dataset}", f"--big={big_file(cluster)}", f"--store=/tmp/probe-predict-{os.getpid()}",
-        f"--files={files}", f"--repeats={repeats}", f"--image-size={IMAGE_SIZE}", f"--batch={BATCH}",
-        f"--model={MODEL}", "--readers", *map(str, readers)))
-    two_ranks = [*one_node, "--ntasks=2", "--mpi=pmi2"]
-    pingpong = [python, "-m", "hpcshuffle.scale.pingpong", str(4 << 20), str(repeats)]
-    link = last_json(cluster.step(*two_ranks, "env", "MPIR_CVAR_NOLOCAL=1", *pingpong))
-    allreduce = last_json(cluster.step(*two_ranks, python, "experiments/cluster_probe.py", "allreduce",
-                                       f"--model={MODEL}", f"--repeats={repeats}"))
-    return {"node": node, "link": {**link, "where": LINK_WHERE}, "allreduce": {**allreduce, "where": ALLREDUCE_WHERE},
-            "intra_node": last_json(cluster.step(*two_ranks, *pingpong))}
+    two_ranks = ["srun", *cluster.placement(), "--nodes=1", "--ntasks=2", "--mpi=pmi2"]
+    return {"node": node_rates(cluster, dataset, files, repeats, readers),
+            "link": {**last_json(cluster.step(*two_ranks, "env", "MPIR_CVAR_NOLOCAL=1", *pingpong(repeats))),
+                     "where": LINK_WHERE},
+            "allreduce": {**last_json(cluster.step(*two_ranks, *allreduce_probe(repeats))), "where": ALLREDUCE_WHERE},
+            "intra_node": last_json(cluster.step(*two_ranks, *pingpong(repeats)))}
 
 
 def read_rate(measured: dict, readers: int) -> float:
