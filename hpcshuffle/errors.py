@@ -19,8 +19,8 @@ class PeerLost(RuntimeError):
     so the job ends with an exit code its script requeues on (checkpoint.PEER_LOST_EXIT_CODE).
 
     Attributes:
-        reporter: whether this rank prints the error; of the ranks that heard each other in the
-            roll call (peers.py), only the lowest does, instead of every survivor the same line.
+        reporter: whether this rank prints the error; of the ranks in the roll call (peers.py)
+            only the first to finish it does, instead of every survivor the same line.
     """
 
     FIX = "the job script requeues and resumes from the last checkpoint; or resubmit"

@@ -1,5 +1,5 @@
 """Plain file I/O, the lowest layer every other one may use: atomic, durable writes (`atomic_write`,
-`fsync_dir`, `syncfs`), reads (`read_chunks` in pieces, `read_at`, `read_exact`) that can leave this
+`fsync_dir`, `syncfs`), a file that exactly one of several processes creates (`create_first`), reads (`read_chunks` in pieces, `read_at`, `read_exact`) that can leave this
 node's page cache as it was (`drop_cached`), the checksum every stored sample carries
 (`checksum_of`), and JSON-lines records (`append_jsonl`, `read_jsonl`: metrics.jsonl, audit.jsonl).
 
@@ -117,6 +117,19 @@ def atomic_write(
     if durable:
         fsync_dir(directory or ".")
     return (hasher.hexdigest() if hasher is not None else ""), nbytes
+
+
+def create_first(path: Path, text: str) -> bool:
+    """Create `path` holding `text` unless it exists; whether this call created it. Of processes
+    racing for one path, even on different nodes of a shared file system, exactly one wins
+    (O_EXCL). Other errors (a directory that cannot be written) are raised."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+    except FileExistsError:
+        return False
+    with os.fdopen(fd, "w") as out:
+        out.write(text)
+    return True
 
 
 def read_at(fd: int, view: memoryview, offset: int) -> int:

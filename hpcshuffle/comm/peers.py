@@ -9,6 +9,12 @@ Not over MPI: after a link failure MPI's own transport may crash a process that 
 unreachable peer (MPICH's UCX did, here), and the roll call must work exactly then. The ranks
 never heard from are the lost ones, named with their nodes; a peer address in gloo's text is
 named with its node too, from the addresses every rank gave at start-up.
+
+The rank whose roll call ends first reports (it creates the directory's REPORTED file first); the
+others stay quiet and abort the job a little later (training/failure.py). Ranks enter the roll
+call up to world.timeout_s apart (a dead peer's connection resets at once, a peer waiting on a
+live one times out), so a rule such as "the lowest rank heard reports" could pick a rank still
+in its roll call when an earlier one aborts the job: then nobody named the loss.
 """
 
 from __future__ import annotations
@@ -24,11 +30,12 @@ from pathlib import Path
 
 from hpcshuffle.comm.world import World
 from hpcshuffle.errors import PeerLost
-from hpcshuffle.files import atomic_write
+from hpcshuffle.files import atomic_write, create_first
 
 GRACE_S = 10.0  # the roll call's length at most; ranks that time out on the same collective do so within it
 POLL_S = 0.01
 ROLL_CALL_DIR = ".roll_call"  # in the run directory
+REPORTED = "reported"  # in a roll call's directory: the reporting rank, written by it
 # how torch.distributed's backends word a peer that does not answer, lowercased
 SILENT_PEER = (
     "timed out", "connection closed", "connection reset", "broken pipe", "connection refused",
@@ -159,7 +166,7 @@ class Peers:
                 f"{me} lost a peer in {doing} ({detail}; world.timeout_s={self.timeout_s:g}), yet every "
                 f"rank answered a roll call in the run directory: the connection between them failed, not a rank"
             )
-        return PeerLost(message, reporter=min(heard) == world.rank)
+        return PeerLost(message, reporter=create_first(self.directory / REPORTED, f"{world.rank}\n"))
 
     def backend_detail(self, text: str) -> str:
         """gloo's message, first sentence, without its source location, and with the node of the

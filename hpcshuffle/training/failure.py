@@ -3,6 +3,7 @@ exits with the code the job script acts on (checkpoint.py defines the codes that
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 from hpcshuffle.comm.exchange import ExchangeError
 from hpcshuffle.comm.world import World
 from hpcshuffle.errors import ConfigError, PeerLost
+from hpcshuffle.files import create_first
 from hpcshuffle.formats.catalog import DatasetError
 from hpcshuffle.storage.store import StoreError
 from hpcshuffle.training.checkpoint import (
@@ -67,10 +69,7 @@ def fail(world: World, err: BaseException, run_dir: Path | None = None) -> None:
 
 
 def record_exit_code(run_dir: Path, code: int) -> None:
-    """Write `code` to <run_dir>/.exit_code unless a rank wrote one first (O_EXCL: the first wins)."""
-    try:
-        fd = os.open(run_dir / EXIT_CODE_FILE, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    except OSError:  # written already, or the run directory is unwritable: srun's code stands
-        return
-    with os.fdopen(fd, "w") as out:
-        out.write(f"{code}\n")
+    """Write `code` to <run_dir>/.exit_code unless a rank wrote one first (the first wins); a run
+    directory that cannot be written leaves srun's code standing."""
+    with contextlib.suppress(OSError):
+        create_first(run_dir / EXIT_CODE_FILE, f"{code}\n")

@@ -137,9 +137,11 @@ def test_one_rank_killed_is_named_requeued_and_resumed(nscluster, pls_run):
     before = first_run(job.log)
     assert before != job.log, f"never requeued:\n{job.log[-4000:]}"
     hosts = read_jsonl(run_dir / "metrics.jsonl")[0]["hosts"]
-    (lost,) = peer_lost(before)
+    named = peer_lost(before)
+    assert len(named) == 1, f"the loss was named {len(named)} times:\n{before[-6000:]}"
+    lost = named[0]
     # rank 3 among those that did not answer (a live rank still waiting in its own collective when
-    # the roll call ends is named too: seen here once in two runs, rank 1)
+    # the roll call ends is named too: seen here in 4 runs of 11, rank 1)
     silent = lost.split(" did not answer")[0]
     assert re.search(rf"\branks? (\d+, )*3 \(node {hosts[3]}\)", silent) and "epoch 1, step 2" in lost, lost
     assert f"a rank or node was lost (exit {PEER_LOST_EXIT_CODE}); it resumes from the last checkpoint" in before

@@ -53,5 +53,5 @@ def test_a_frozen_rank_is_named_and_the_job_exits_for_requeue(small_dataset, tmp
     assert f"world.timeout_s={TIMEOUT_S}" in done.stderr
     assert "requeues and resumes from the last checkpoint" in done.stderr
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
-    # one survivor speaks for both: the lowest rank the roll call heard
+    # one survivor speaks for both: the first to end its roll call
     assert done.stderr.count("hpcshuffle: peer lost") == 1, done.stderr[-3000:]

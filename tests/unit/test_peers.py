@@ -59,6 +59,13 @@ def test_a_collective_that_loses_a_peer_raises_peer_lost_naming_where(peers):
     assert caught.value.reporter
 
 
+def test_only_the_first_rank_to_end_its_roll_call_reports(peers):
+    """Ranks end their roll calls up to world.timeout_s apart; the first to end prints at once, so
+    a later one cannot abort the job before the loss is named, nor name it a second time."""
+    first, later = peers.lost("the gradient allreduce", GLOO_RESET), peers.lost("the gradient allreduce", GLOO_TIMEOUT)
+    assert first.reporter and not later.reporter
+
+
 def test_other_errors_pass_through_unchanged(peers):
     bug = "^Tensors must be CPU and dense$"
     with pytest.raises(RuntimeError, match=bug), peers.waiting_in("the gradient allreduce"):
