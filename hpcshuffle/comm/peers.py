@@ -65,7 +65,6 @@ def roll_call(directory: Path, rank: int, size: int, note: str, grace_s: float) 
     Returns:
         {rank: its note} for this rank and every rank whose answer appeared within `grace_s`.
     """
-    directory.mkdir(parents=True, exist_ok=True)
     atomic_write(directory / f"rank{rank}", [note.encode()], durable=False)
     heard = {rank: note}
     deadline = time.monotonic() + grace_s
@@ -94,8 +93,8 @@ def ranks_text(ranks: list[int], hosts: list[str]) -> str:
 
 class Peers:
     """This rank's view of the others while it waits on them. Collective to build (after
-    init_torch_distributed): gathers every rank's host and addresses, names this job's roll-call
-    directory under `run_dir`.
+    init_torch_distributed): gathers every rank's host and addresses, makes this job's roll-call
+    directory under `run_dir` (rank 0 does).
 
     Args:
         timeout_s: world.timeout_s, the collectives' timeout; the roll call lasts min(GRACE_S, it).
@@ -104,9 +103,13 @@ class Peers:
     def __init__(self, world: World, timeout_s: float, run_dir: Path) -> None:
         self.world, self.timeout_s = world, timeout_s
         self.grace_s = min(GRACE_S, timeout_s)
-        # this job's own roll-call directory: answers of an earlier failure of the run never count
-        token = world.comm.bcast(uuid.uuid4().hex[:12] if world.is_root else None, root=0)
-        self.directory = run_dir / ROLL_CALL_DIR / token
+        # this job's own roll-call directory: answers of an earlier failure of the run never count.
+        # Made by rank 0 now, not by the survivors together at the roll call: ranks of several nodes
+        # making one directory at once on a shared file system can fail ("Stale file handle")
+        token = uuid.uuid4().hex[:12]
+        if world.is_root:
+            (run_dir / ROLL_CALL_DIR / token).mkdir(parents=True)
+        self.directory = run_dir / ROLL_CALL_DIR / world.comm.bcast(token, root=0)
         gathered = world.comm.allgather((world.hostname, host_addresses(world.hostname)))
         self.hosts = [hostname for hostname, _ in gathered]
         self.nodes_at: dict[str, set[str]] = {}  # address -> the nodes that have it

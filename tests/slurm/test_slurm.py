@@ -45,6 +45,14 @@ def test_train_sbatch_with_two_tasks(slurm, tmp_path):
         assert held == list(range(200)), f"epoch {epoch}: a sample is lost or duplicated"
 
 
+def test_train_sbatch_names_a_run_directory_it_cannot_make(slurm, tmp_path):
+    (tmp_path / "a-file").write_text("")  # as root every directory is writable: a file in the path fails
+    job = sbatch(["--ntasks=1", "--ntasks-per-node=1", "--cpus-per-task=1", "jobs/train.sbatch"], tmp_path / "job.out",
+                 env={"RUN_DIR": str(tmp_path / "a-file" / "run")})
+    assert job.exit_code == 2 and job.restarts == 0, job.log[-3000:]  # bad input: not requeued
+    assert f"cannot create the run directory {tmp_path / 'a-file' / 'run'}: set RUN_DIR" in job.log
+
+
 def test_hydra_multirun_through_the_slurm_launcher(slurm, tmp_path):
     sweep = tmp_path / "sweep"
     command = [
