@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 from hypothesis import HealthCheck, settings
 
@@ -49,14 +52,30 @@ def mpi_env() -> dict[str, str]:
 def run_mpi(
     ranks: int, args: list[str], timeout_s: float = 240, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
-    """Run `mpiexec -n ranks python <args>`; a hang fails the test instead of blocking the suite."""
+    """Run `mpiexec -n ranks python <args>`; a hang fails the test instead of blocking the suite, and
+    shows where every thread of every rank (and loader worker) was: each gets SIGABRT, on which
+    faulthandler (PYTHONFAULTHANDLER) prints their stacks."""
     command = ["mpiexec", "-n", str(ranks), sys.executable, *args]
-    try:
-        return subprocess.run(
-            command, cwd=REPO, env={**mpi_env(), **(env or {})}, capture_output=True, text=True, timeout=timeout_s
-        )
-    except subprocess.TimeoutExpired as err:
-        pytest.fail(f"{' '.join(command)} hung for {timeout_s} s:\n{err.stdout}\n{err.stderr}")
+    with subprocess.Popen(command, cwd=REPO, env={**mpi_env(), "PYTHONFAULTHANDLER": "1", **(env or {})},
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) as launcher:
+        try:
+            stdout, stderr = launcher.communicate(timeout=timeout_s)
+            hung = False
+        except subprocess.TimeoutExpired:
+            hung = True
+            for process in psutil.Process(launcher.pid).children(recursive=True):
+                with contextlib.suppress(psutil.Error):
+                    if process.name().startswith("python"):  # the ranks and their loader workers, not mpiexec's proxies
+                        process.send_signal(signal.SIGABRT)
+            try:
+                stdout, stderr = launcher.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                launcher.kill()
+                stdout, stderr = launcher.communicate()
+    if hung:  # out of the except block: the TimeoutExpired would only repeat the output
+        pytest.fail(f"{' '.join(command)} hung for {timeout_s} s; its output, then each process's stacks "
+                    f"when stopped:\n{stdout[-4000:]}\n{stderr[-20000:]}", pytrace=False)
+    return subprocess.CompletedProcess(command, launcher.returncode, stdout, stderr)
 
 
 def train_args(dataset: Path, run_dir: Path, store: Path, *overrides: str, layout: str = "imagefolder") -> list[str]:
