@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import itertools
 import os
-import signal
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
@@ -41,6 +40,11 @@ from hpcshuffle.storage.node_cache import NOT_CACHED, cache_file
 from hpcshuffle.storage.packs import Location
 from hpcshuffle.storage.shared_io import check_still_there
 from hpcshuffle.storage.store import published_locations
+from hpcshuffle.storage.worker_start import (
+    WORKERS_FROM,
+    ignore_stop_signals,
+    start_worker_server,
+)
 
 ON_ERROR = ("fail", "skip")
 
@@ -318,17 +322,12 @@ class EpochOrder(Sampler[SampleKey]):
         return len(self.sample_ids)
 
 
-def ignore_stop_signals(worker_id: int) -> None:
-    """Loader workers leave SIGUSR1 / SIGTERM to their rank (Slurm signals every process of a
-    step); the rank stops them when it has checkpointed, and they exit if it dies."""
-    for stop in (signal.SIGUSR1, signal.SIGTERM):
-        signal.signal(stop, signal.SIG_IGN)
-
-
 def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: int, pin_memory: bool) -> DataLoader:
     """A DataLoader of `dataset` in `sampler`'s order: batches of `batch_size` (the last may be
     short) without the skipped samples (`collate_skipping`), from `workers` processes kept across
     epochs that leave stop signals to their rank (0: the calling process loads)."""
+    if workers > 0:
+        start_worker_server()
     return DataLoader(
         dataset,
         batch_size=batch_size,
@@ -339,6 +338,7 @@ def make_loader(dataset: Dataset, sampler: Sampler, batch_size: int, workers: in
         drop_last=False,
         collate_fn=collate_skipping,
         worker_init_fn=ignore_stop_signals if workers > 0 else None,
+        multiprocessing_context=WORKERS_FROM if workers > 0 else None,
     )
 
 

@@ -167,8 +167,11 @@ def test_sigkill_after_a_step_checkpoint_resumes_inside_the_epoch(small_dataset,
     assert_stores_hold_the_final_partition(tmp_path / "store")
 
 
-def children(pid: int) -> list[int]:
-    return [int(child) for child in subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()]
+def loader_workers(pid: int) -> list[int]:
+    """The processes under rank `pid` once its loader worker runs (a child of the workers' forkserver,
+    which is a child of the rank), else []."""
+    under = psutil.Process(pid).children(recursive=True)
+    return [process.pid for process in under] if any(process.ppid() != pid for process in under) else []
 
 
 def rank_pids(launcher: subprocess.Popen, marker: str) -> list[int]:
@@ -203,11 +206,11 @@ def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_d
         pids = rank_pids(launcher, str(tmp_path / "run"))
         assert len(pids) == RANKS, pids
         for _ in range(100):  # the persistent loader worker starts with the first epoch
-            if workers := children(pids[2]):
+            if workers := loader_workers(pids[2]):
                 break
             time.sleep(0.05)
         assert workers, "no loader worker appeared"
-        for pid in [pids[2], *workers]:
+        for pid in [pids[2], *workers]:  # and its forkserver and multiprocessing's resource tracker
             os.kill(pid, signal.SIGUSR1)
         out, err = launcher.communicate(timeout=120)
     finally:
