@@ -1,7 +1,8 @@
 """Plain file I/O, the lowest layer every other one may use: atomic, durable writes (`atomic_write`,
-`fsync_dir`, `syncfs`), a file that exactly one of several processes creates (`create_first`), reads (`read_chunks` in pieces, `read_at`, `read_exact`) that can leave this
-node's page cache as it was (`drop_cached`), the checksum every stored sample carries
-(`checksum_of`), and JSON-lines records (`append_jsonl`, `read_jsonl`: metrics.jsonl, audit.jsonl).
+`fsync_dir`, `syncfs`), a file that exactly one of several processes creates (`create_first`),
+reads (`read_chunks` in pieces, `read_at`, `read_exact`) that can leave this node's page cache as
+it was (`drop_cached`), the checksum every stored sample carries (`checksum_of`), and JSON-lines
+records (`append_jsonl`, `read_jsonl`: metrics.jsonl, audit.jsonl).
 
 Nothing here knows what a sample, a pack, a manifest or a run is (storage/, training/metrics.py).
 """
