@@ -16,7 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-from multiprocessing import forkserver, resource_tracker
+from multiprocessing import forkserver
 
 NOT_A_RANK = "HPCSHUFFLE_NOT_A_RANK"  # set in the environment of a process that must not start MPI
 STOP_SIGNALS = (signal.SIGUSR1, signal.SIGTERM)
@@ -25,7 +25,8 @@ WORKERS_FROM.set_forkserver_preload(["hpcshuffle.storage.loader"])
 
 
 def start_worker_server() -> None:
-    """Start the workers' forkserver and multiprocessing's resource tracker, once per process.
+    """Start the workers' forkserver, once per process (its ensure_running starts multiprocessing's
+    resource tracker first).
 
     They inherit, across exec, NOT_A_RANK and a signal mask that blocks the stop signals; the rank
     receives any stop signal that arrived meanwhile once it unblocks them.
@@ -34,7 +35,6 @@ def start_worker_server() -> None:
     os.environ[NOT_A_RANK] = "1"
     try:
         forkserver.ensure_running()
-        resource_tracker.ensure_running()
     finally:
         del os.environ[NOT_A_RANK]
         signal.pthread_sigmask(signal.SIG_SETMASK, blocked)
