@@ -99,8 +99,7 @@ class Trainer:
         codec = open_codec(world, config, train_catalog)
         plan_key = config_digest(f"{train_catalog.fingerprint()} {self.spec} {config.shuffle.name}")
         self.data = build_data_path(RunContext(
-            world, config, self.spec, train_catalog, codec, plan_key, first_plan, self.start_step,
-            pin_memory=device.type == "cuda",
+            world, config, self.spec, train_catalog, codec, plan_key, first_plan, self.start_step, device,
         ))
         init_torch_distributed(world, "nccl" if device.type == "cuda" else "gloo", config.world.timeout_s)
         self.peers = Peers(world, config.world.timeout_s, run_dir)

@@ -92,6 +92,7 @@ class RunConfig:
             raise ConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         self._check_shared_storage_options()
         self._check_virtual()
+        self._check_decode()
         self._place_dataset()
 
     @property
@@ -179,6 +180,13 @@ class RunConfig:
             raise ConfigError(
                 "shuffle.virtual_workers simulates the training, not the I/O: it reads shared storage directly; "
                 "set cache.policy=none and storage.replica=false"
+            )
+
+    def _check_decode(self) -> None:
+        if self.loader.decode == "gpu" and self.dataset.format != "imagefolder":
+            raise ConfigError(
+                f"loader.decode=gpu decodes JPEG images (dataset.format=imagefolder), but dataset.format is "
+                f"{self.dataset.format}: use loader.decode=cpu"
             )
 
     @classmethod

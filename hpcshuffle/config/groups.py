@@ -165,12 +165,22 @@ class StorageConfig:
 
 @dataclass
 class LoaderConfig:
-    """`conf/loader/`: DataLoader processes and the threads of the unordered fetcher (fetch.py)."""
+    """`conf/loader/`: DataLoader processes, the threads of the unordered fetcher (fetch.py), and
+    where training JPEGs are decoded.
+
+    Attributes:
+        decode: "cpu" (the loader's workers decode and augment) or "gpu" (they read bytes; the
+            training process decodes on its device, storage/device_decode.py).
+        gpu_fraction: with decode=gpu, the share of each batch decoded on the device; the workers
+            decode the rest.
+    """
 
     workers: int = 0
     io_threads: int = 1
     decode_threads: int = 0
     on_error: str = "fail"
+    decode: str = "cpu"
+    gpu_fraction: float = 1.0
 
     def __post_init__(self) -> None:
         at_least("loader.workers", self.workers, 0, error=ConfigError)
@@ -178,6 +188,17 @@ class LoaderConfig:
         at_least("loader.decode_threads", self.decode_threads, 0, error=ConfigError)
         if self.on_error not in ("fail", "skip"):
             raise ConfigError(f"loader.on_error must be 'fail' or 'skip', got {self.on_error!r}")
+        if self.decode not in ("cpu", "gpu"):
+            raise ConfigError(f"loader.decode must be 'cpu' (loader workers) or 'gpu' (the training device), "
+                              f"got {self.decode!r}")
+        if not 0.0 <= self.gpu_fraction <= 1.0:
+            raise ConfigError(f"loader.gpu_fraction must be in [0, 1] (the share of a batch decoded on the "
+                              f"device), got {self.gpu_fraction}")
+
+    @property
+    def raw_fraction(self) -> float:
+        """The share of a training batch the workers leave encoded (0 unless decode=gpu)."""
+        return self.gpu_fraction if self.decode == "gpu" else 0.0
 
 
 @dataclass

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from hpcshuffle.comm.world import World, agree
 from hpcshuffle.config import RunConfig
@@ -16,6 +17,7 @@ from hpcshuffle.formats.catalog import Catalog
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import EpochPlan, PlanSpec
 from hpcshuffle.staging.stage import stage_stores
+from hpcshuffle.storage.device_decode import DeviceDecoder
 from hpcshuffle.storage.layout import rank_dir
 from hpcshuffle.storage.loader import EpochOrder, Locator, Samples, make_loader
 from hpcshuffle.storage.store import Store, StoreError
@@ -31,6 +33,7 @@ class RunContext:
         plan_key: identifies the plan sequence in the stores' manifests.
         first_plan: the plan of the epoch the run starts (or resumes) in.
         start_step: the step it resumes at inside that epoch.
+        device: where the model trains (and, with loader.decode=gpu, where batches are decoded).
     """
 
     world: World
@@ -41,7 +44,12 @@ class RunContext:
     plan_key: str
     first_plan: EpochPlan
     start_step: int
-    pin_memory: bool
+    device: torch.device
+
+    @property
+    def pin_memory(self) -> bool:
+        """Whether batches are copied to the device from pinned memory (on a GPU)."""
+        return self.device.type == "cuda"
 
 
 class DataPath:
@@ -69,12 +77,18 @@ class DataPath:
             self.run.catalog, self.run.codec, self.store_roots, train=True, seed=config.seed,
             on_error=config.loader.on_error, io_threads=config.loader.io_threads,
             decode_threads=config.loader.decode_threads, cache_dir=self.cache_dir,
+            raw_fraction=config.loader.raw_fraction,
         )
         self.loader = make_loader(samples, self.order, batch_size or self.spec.batch_size, config.loader.workers,
                                   pin_memory=self.run.pin_memory)
+        self.decoder = (DeviceDecoder(self.run.codec, self.run.catalog, self.run.device, config.loader.on_error)
+                        if config.loader.raw_fraction else None)
 
     def batches(self) -> Iterator:
-        """The epoch's batches: (inputs, targets, sample ids, skipped) per step from `start_epoch`'s step."""
+        """The epoch's batches: (inputs, targets, sample ids, skipped) per step from `start_epoch`'s step;
+        with loader.decode=gpu their inputs are already on the device."""
+        if self.decoder is not None:
+            return self.decoder.batches(iter(self.loader))
         return iter(self.loader)
 
     def start_epoch(self, plan: EpochPlan, first_step: int, row: RankEpoch) -> None:

@@ -23,8 +23,9 @@ class LoanPath(StorePath):
         super().__init__(run)
         config = run.config
         # a loan must be sent before the loader asks for it: cover the DataLoader's look-ahead
-        # (2 batches per worker process) and the batch being assembled
-        ahead = max(config.shuffle.ahead, 2 * config.loader.workers + 2)
+        # (2 batches per worker process), the batch being assembled, and the batch loader.decode=gpu
+        # decodes ahead
+        ahead = max(config.shuffle.ahead, 2 * config.loader.workers + 2 + (config.loader.raw_fraction > 0))
         self.lender = Lender(self.world.comm, self.store, ahead, config.world.timeout_s)
         self.waited_s = 0.0  # of the lender's wait, what is already counted as exchange time
 

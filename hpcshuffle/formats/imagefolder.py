@@ -7,6 +7,7 @@ same tree numbers it the same way; `Catalog.fingerprint` lets ranks check that t
 from __future__ import annotations
 
 import io
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -14,6 +15,13 @@ from PIL import Image
 
 from hpcshuffle.formats.catalog import Catalog, DatasetError, find_split
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
+from hpcshuffle.formats.jpeg_batch import (
+    Crop,
+    RawImage,
+    crop_batch,
+    decode_jpegs,
+    full_image,
+)
 from hpcshuffle.formats.synthetic import synth_imagefolder
 
 if TYPE_CHECKING:
@@ -74,6 +82,11 @@ class ImageFolderCodec:
     Augmentation follows the torchvision ImageNet recipe: `standard` trains on
     RandomResizedCrop(S) + flips and validates on Resize(S·256/224) + CenterCrop(S); `flip` and
     `none` keep the stored size, or resize to S × S when `image_size` is given.
+
+    A training sample's draws are one `Crop` (`draw_crop`), made by torchvision's own
+    RandomResizedCrop and RandomHorizontalFlip draws in their order, so the CPU path here and
+    the batched path (`encoded` in a loader worker, `decode_batch` where the model trains,
+    jpeg_batch.py) crop and flip a sample alike under the same seed.
     """
 
     task = "classify"
@@ -91,17 +104,29 @@ class ImageFolderCodec:
                 "keep the stored size"
             )
         self.num_classes = num_classes
-        resize = [] if size is None else [v2.Resize((size, size), antialias=True)]
+        self.augment = options.augment
+        self.size = None if size is None else (size, size)
+        self.random_crop = v2.RandomResizedCrop(size, antialias=True) if options.augment == "standard" else None
         if options.augment == "standard":
-            train = [v2.RandomResizedCrop(size, antialias=True), v2.RandomHorizontalFlip()]
             evaluate = [v2.Resize(round(size * 256 / 224), antialias=True), v2.CenterCrop(size)]
-        elif options.augment == "flip":
-            train, evaluate = [*resize, v2.RandomHorizontalFlip()], resize
         else:
-            train = evaluate = resize
+            evaluate = [] if size is None else [v2.Resize((size, size), antialias=True)]
         to_input = [v2.PILToTensor(), v2.ToDtype(torch.float32, scale=True), v2.Normalize(IMAGENET_MEAN, IMAGENET_STD)]
-        self.train_transform = v2.Compose([*train, *to_input])
+        self.to_input = v2.Compose(to_input)
         self.eval_transform = v2.Compose([*evaluate, *to_input])
+
+    def draw_crop(self, height: int, width: int) -> Crop:
+        """A training sample's crop box and flip, drawn from torch's global RNG (seeded by the loader)."""
+        import torch
+        from torchvision import tv_tensors
+
+        if self.random_crop is None:
+            crop = full_image(height, width)
+        else:  # torchvision's draw, sized by a stand-in that holds only the image's size
+            stand_in = tv_tensors.BoundingBoxes(torch.zeros(0, 4), format="XYXY", canvas_size=(height, width))
+            crop = Crop(**self.random_crop.make_params([stand_in]), flip=False)
+        flip = self.augment != "none" and bool(torch.rand(1) < 0.5)  # RandomHorizontalFlip(0.5)'s draw
+        return crop._replace(flip=flip)
 
     def decode(self, data: bytes, label: int, train: bool) -> tuple[torch.Tensor, int]:
         """(input (3, H, W) float32 normalised with ImageNet's mean and std, label); SampleError for bytes
@@ -111,7 +136,36 @@ class ImageFolderCodec:
                 image = image.convert("RGB")  # decodes the whole image: truncation shows here
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
             raise SampleError(f"not a readable JPEG/PNG image ({len(data)} bytes): {err}") from None
-        return (self.train_transform if train else self.eval_transform)(image), label
+        if not train:
+            return self.eval_transform(image), label
+        from torchvision.transforms.v2 import functional
+
+        crop = self.draw_crop(image.height, image.width)
+        if self.size is not None:  # else the box is the whole image, kept at its size
+            image = functional.resized_crop(image, crop.top, crop.left, crop.height, crop.width, list(self.size),
+                                            antialias=True)
+        if crop.flip:
+            image = functional.horizontal_flip(image)
+        return self.to_input(image), label
+
+    def encoded(self, data: bytes, label: int) -> tuple[RawImage, int]:
+        """A training sample left encoded for `decode_batch`: its bytes and its drawn crop (reading
+        only the JPEG's header); SampleError for bytes that are not a JPEG."""
+        import torch
+
+        try:
+            with Image.open(io.BytesIO(data)) as image:
+                kind, (width, height) = image.format, image.size
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+            raise SampleError(f"not a readable JPEG image ({len(data)} bytes): {err}") from None
+        if kind != "JPEG":
+            raise SampleError(f"a {kind} image, but loader.decode=gpu decodes JPEG only; use loader.decode=cpu")
+        return RawImage(torch.frombuffer(bytearray(data), dtype=torch.uint8), self.draw_crop(height, width)), label
+
+    def decode_batch(self, raw: Sequence[torch.Tensor], crops: torch.Tensor, device: torch.device) -> torch.Tensor:
+        """(N, 3, S, S) float32 inputs on `device` of N `encoded` samples (their bytes and their (N, 5)
+        crop table); RuntimeError if one is not a decodable JPEG."""
+        return crop_batch(decode_jpegs(raw, device), crops, self.size, IMAGENET_MEAN, IMAGENET_STD)
 
 
 def make_codec(root: Path, train_catalog: Catalog, options: DatasetOptions) -> ImageFolderCodec:

@@ -13,6 +13,11 @@ after a resume, so a resumed run repeats an uninterrupted one exactly.
 With `io_threads` > 1 (or `decode_threads` > 0) a batch is fetched by fetch.py: all its reads at
 once, each sample decoded as its bytes arrive, the batch in completion order. The draws above
 make every sample's tensor the same either way; only the order inside a batch changes.
+
+With loader.decode=gpu, a fraction of each training batch (`raw_fraction`) leaves the worker
+still encoded, with its drawn crop (`RawImage`), and the batch carries those bytes beside the
+decoded samples (`EncodedBatch`, collate.py) for the training process to decode on its device
+(device_decode.py). The draws are the same, so are the crop boxes and flips.
 """
 
 from __future__ import annotations
@@ -27,13 +32,14 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from torch.utils.data import DataLoader, Dataset, Sampler, default_collate
+from torch.utils.data import DataLoader, Dataset, Sampler
 
 from hpcshuffle.config.groups import LoaderConfig
 from hpcshuffle.files import atomic_write, read_at
 from hpcshuffle.formats.catalog import Catalog, DatasetError
 from hpcshuffle.formats.codec import Codec
 from hpcshuffle.plan import FROM_LOAN, FROM_SHARED
+from hpcshuffle.storage.collate import collate_skipping
 from hpcshuffle.storage.fetch import BatchFetcher
 from hpcshuffle.storage.layout import sample_path
 from hpcshuffle.storage.node_cache import NOT_CACHED, cache_file
@@ -71,6 +77,7 @@ class SampleKey(NamedTuple):
     copy to write after reading it (NOT_CACHED: none). When a node's ranks share its samples
     (storage.scope=node), `home` is the store that holds it (an index into `store_roots`).
     A sample a store keeps in a pack has its `location` there (store.py); None: a file of its own.
+    `raw`: hand the sample over encoded, with its drawn crop, for the training process to decode.
     """
 
     epoch: int
@@ -81,6 +88,7 @@ class SampleKey(NamedTuple):
     admit: int = NOT_CACHED
     home: int = -1
     location: Location | None = None
+    raw: bool = False
 
 
 def augmentation_seed(seed: int, epoch: int, sample_id: int) -> int:
@@ -110,14 +118,23 @@ class Samples(Dataset):
             Training augmentation holds torch's one RNG, so it runs one sample at a time however
             many decode threads there are; reads still overlap it.
         cache_dir: the rank's planned cache (node_cache.py), for keys that read or admit copies.
+        raw_fraction: of each training batch, the share (its first samples) handed over encoded
+            (`RawImage`, by the codec's `encoded`) for the training process to decode
+            (loader.decode=gpu with loader.gpu_fraction); 0: the workers decode everything.
     """
 
     def __init__(
         self, catalog: Catalog, codec: Codec, store_roots: list[Path] | None, train: bool, seed: int = 0,
         on_error: str = "fail", io_threads: int = 1, decode_threads: int = 0, cache_dir: Path | None = None,
+        raw_fraction: float = 0.0,
     ) -> None:
         if on_error not in ON_ERROR:
             raise ValueError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
+        if not 0.0 <= raw_fraction <= 1.0:
+            raise ValueError(f"raw_fraction must be in [0, 1], got {raw_fraction}")
+        if raw_fraction and not (train and hasattr(codec, "encoded")):
+            raise ValueError("only training samples of a codec with `encoded` (ImageFolder JPEGs) can stay encoded")
+        self.raw_fraction = raw_fraction
         self.catalog = catalog
         self.codec = codec
         self.store_roots = store_roots
@@ -167,6 +184,9 @@ class Samples(Dataset):
 
     def __getitems__(self, keys: list[tuple[int, int]]) -> list:
         """A batch (DataLoader calls this): in completion order with threads, else in key order."""
+        if self.raw_fraction:
+            encoded = round(self.raw_fraction * len(keys))
+            keys = [SampleKey(*key)._replace(raw=True) if i < encoded else key for i, key in enumerate(keys)]
         if self.fetcher is None:
             return [self[key] for key in keys]
         return self.fetcher.fetch(keys)
@@ -202,18 +222,19 @@ class Samples(Dataset):
         """(input, target, sample id), augmented as (seed, epoch, sample id) say; None if skipped."""
         if data is None:
             return None
-        epoch, sample_id = key[:2]
-        label = self.catalog.labels[sample_id]
+        key = SampleKey(*key)
+        label = self.catalog.labels[key.sample_id]
         try:
             if not self.train:
-                return (*self.codec.decode(data, label, train=False), sample_id)
-            sample_seed = augmentation_seed(self.seed, epoch, sample_id)
+                return (*self.codec.decode(data, label, train=False), key.sample_id)
+            sample_seed = augmentation_seed(self.seed, key.epoch, key.sample_id)
             with _rng_lock, torch.random.fork_rng(devices=[]):
                 torch.manual_seed(sample_seed)
-                return (*self.codec.decode(data, label, train=True), sample_id)
+                if key.raw:
+                    return (*self.codec.encoded(data, label), key.sample_id)
+                return (*self.codec.decode(data, label, train=True), key.sample_id)
         except (OSError, ValueError) as err:  # codecs raise SampleError, a ValueError
-            key = SampleKey(*key)
-            return self.unreadable(sample_id, err, key.shared, lent=key.lent is not None, home=key.home,
+            return self.unreadable(key.sample_id, err, key.shared, lent=key.lent is not None, home=key.home,
                                    location=key.location)
 
     def unreadable(self, sample_id: int, err: Exception, shared: bool = False, lent: bool = False,
@@ -227,16 +248,6 @@ class Samples(Dataset):
             "replace or remove the file, or set loader.on_error=skip to leave unreadable samples out "
             "(they are counted as `skipped` in metrics.jsonl)"
         ) from None
-
-
-def collate_skipping(items: list) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor, int]:
-    """Batch the readable items; (images, labels, ids, how many were skipped). Images None if all were."""
-    kept = [item for item in items if item is not None]
-    skipped = len(items) - len(kept)
-    if not kept:
-        return None, torch.empty(0, dtype=torch.long), torch.empty(0, dtype=torch.long), skipped
-    images, labels, sample_ids = default_collate(kept)
-    return images, labels, sample_ids, skipped
 
 
 class Locator:

@@ -101,7 +101,8 @@ class Learner:
         self.virtual = virtual_workers
         self.bf16 = config.precision == "bf16"
         self.memory_format = torch.channels_last if config.channels_last else torch.contiguous_format
-        self.sync = torch.cuda.synchronize if device.type == "cuda" else None
+        # the training stream only: with loader.decode=gpu a side stream decodes the next batch meanwhile
+        self.sync = torch.cuda.current_stream(device).synchronize if device.type == "cuda" else None
         self.model = self.build_model()
         self.optimizer = build_optimizer(self.model, config.optim)
         self.loss_fn = self.build_loss()
