@@ -5,9 +5,11 @@ The loader's workers only read bytes and draw each sample's crop (loader.py, col
 resizes, flips and normalises them there (formats/jpeg_batch.py), and puts them back beside the
 samples the workers decoded (loader.gpu_fraction < 1), each at its place in the batch.
 
-On a GPU this runs on a side CUDA stream one batch ahead: while the model trains on batch i, the
-side stream decodes batch i+1, and the training stream waits only on batch i's event. On the CPU
-the same code runs with no stream (what the tests exercise); nothing overlaps there.
+Decoding runs one batch ahead on a thread of its own and, on a GPU, on a side CUDA stream: while
+the training thread waits for the model's step on batch i, the decoding thread launches batch
+i+1's decode (nvjpeg's host-side work included) and the side stream runs it; the training stream
+waits only on batch i's event. On the CPU the same code runs with no stream (what the tests
+exercise).
 
 A JPEG that nvjpeg cannot decode fails the run naming its sample, or is left out and counted
 with loader.on_error=skip, as a worker does with a file it cannot read.
@@ -15,8 +17,8 @@ with loader.on_error=skip, as a worker does with a file it cannot read.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import torch
@@ -42,17 +44,29 @@ class DeviceDecoder:
         self.stream = torch.cuda.Stream(device) if device.type == "cuda" else None
 
     def batches(self, loader_batches: Iterator[Batch]) -> Iterator[Batch]:
-        """The loader's batches decoded, each started one batch ahead (on the side stream on a GPU)."""
-        ahead = None
-        for batch in loader_batches:
-            with torch.cuda.stream(self.stream) if self.stream else contextlib.nullcontext():
-                started = self.decode(batch)
-                event = self.stream.record_event() if self.stream else None
+        """The loader's batches decoded, each one batch ahead on a thread of its own (and, on a GPU, on
+        the side stream), so that its host-side work overlaps the training thread's wait on the GPU.
+
+        The loader is read on the calling thread, as without this decoder: its sampler's loans
+        (locality-aware loading) stay on the training thread.
+        """
+        # an epoch stopped early (or failed) leaves the block after the batch being decoded ends
+        with ThreadPoolExecutor(1, thread_name_prefix="device-decode") as decoding:
+            ahead: Future | None = None
+            for batch in loader_batches:
+                started = decoding.submit(self.decode_on_side_stream, batch)
+                if ahead is not None:
+                    yield self.hand_over(*ahead.result())
+                ahead = started
             if ahead is not None:
-                yield self.hand_over(*ahead)
-            ahead = started, event
-        if ahead is not None:
-            yield self.hand_over(*ahead)
+                yield self.hand_over(*ahead.result())
+
+    def decode_on_side_stream(self, batch: Batch) -> tuple[Batch, torch.cuda.Event | None]:
+        """`decode` on the side stream (a GPU) and the event that marks its end there (None on the CPU)."""
+        if self.stream is None:
+            return self.decode(batch), None
+        with torch.cuda.stream(self.stream):
+            return self.decode(batch), self.stream.record_event()
 
     def hand_over(self, batch: Batch, event) -> Batch:
         """`batch` for the training stream: it waits for the side stream's work on it, and the

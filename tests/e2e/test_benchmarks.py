@@ -6,6 +6,7 @@ mounted volume, or one started for the session as root; elsewhere they skip, say
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -147,3 +148,22 @@ def test_exchange_benchmark_prints_its_ratio_last():
     bound = re.match(r"at most (\d+\.\d{3}) of the Alltoallv \(100 KB, q 0\.3, tmpfs\) on this machine's \d+ cores",
                      lines[-2])
     assert bound and 0 < float(bound.group(1)) <= 1, lines[-2]
+
+
+def test_gpu_check_dry_run_writes_every_field_of_gpu_json(tmp_path):
+    """The script a lent GPU runs, at toy sizes on the CPU: it cannot rot between lendings."""
+    result = subprocess.run(
+        ["bash", "benchmarks/gpu_check.sh", "--cpu-dry-run"], check=False, cwd=REPO,
+        env={**mpi_env(), "OUT": str(tmp_path), "PYTHON": sys.executable}, capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-3000:]
+    report = json.loads((tmp_path / "gpu.json").read_text())
+    for field in ("gpu", "date", "ceiling_img_s", "cpu_decode_img_s", "gpu_decode_img_s", "feed_ratio", "gpu_fraction"):
+        assert report[field] is not None, field
+    assert report["complete"] and report["dry_run"] and report["gpu"] == "cpu (dry run)"
+    assert set(report["runs"]) == {"LS-cpu", "LS-gpu", "GS-cpu", "GS-gpu"} | ({"LS-split"} if report["gpu_fraction"] < 1 else set())
+    assert [row["gpu_fraction"] for row in report["gpu_fraction_sweep"]] == [1.0, 0.5]
+    assert report["audit_exact"] and report["loss_falls"]
+    assert report["feed_ratio"] == pytest.approx(
+        max(report["cpu_decode_img_s"], report["gpu_decode_img_s"]) / report["ceiling_img_s"])
+    assert result.stdout.strip().splitlines()[-1].startswith("feed ratio (best decode / ceiling): ")
