@@ -8,7 +8,7 @@ RANKS ?= 4
 EPOCHS ?= 4
 DEMO := results/demo
 
-.PHONY: install simgrid demo check test clean
+.PHONY: install simgrid demo check test test-stress clean
 
 install: $(STAMP) simgrid
 
@@ -40,6 +40,14 @@ check: $(STAMP) simgrid
 # -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so
 test: $(STAMP) simgrid
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs tests
+
+# the suite as a slower machine runs it: a CPU hog busy on core 0 the whole time (stopped by its PID at the
+# end, pass or fail); the tests' deadlines scale by the slowdown they measure at the start (docs/testing.md)
+test-stress: $(STAMP) simgrid
+	@taskset -c 0 $(BIN)/python -c "while True: pass" & hog=$$!; \
+	echo "CPU hog on core 0: pid $$hog"; \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs tests; status=$$?; \
+	kill $$hog; exit $$status
 
 clean:
 	rm -rf $(VENV) results/runs results/demo data

@@ -40,6 +40,41 @@ for _name, _examples in HYPOTHESIS_PROFILES.items():
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 
+# -- how much slower this machine is than the one the suite's deadlines were set on. A test that waits
+# for something to happen waits `budget(s)`: s seconds there, s x the slowdown here. Measured once per
+# session (two CPU-bound processes at once, so a busy core shows) unless HPCSHUFFLE_TEST_SLOWDOWN is set.
+SLOWDOWN_ENV = "HPCSHUFFLE_TEST_SLOWDOWN"
+CALIBRATION = "import time\nstarted = time.perf_counter()\ntotal = 0\nfor i in range(3_000_000):\n    total += i * i % 7\n" \
+              "print(time.perf_counter() - started)"
+CALIBRATION_REFERENCE_S = 0.35  # that loop, two at once, on the 2-core VM the deadlines were set on
+
+
+def measure_slowdown() -> float:
+    """The slower of two concurrent runs of CALIBRATION over its reference time (at least 1)."""
+    runs = [subprocess.Popen([sys.executable, "-c", CALIBRATION], stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    slowest_s = max(float(run.communicate()[0]) for run in runs)
+    return max(1.0, slowest_s / CALIBRATION_REFERENCE_S)
+
+
+def slowdown() -> float:
+    """This session's slowdown factor (pytest_configure sets it in the environment, for subprocesses too)."""
+    return float(os.environ.get(SLOWDOWN_ENV, "1"))
+
+
+def budget(seconds: float) -> float:
+    """A wait of `seconds` on the reference machine, scaled to this one."""
+    return seconds * slowdown()
+
+
+def pytest_configure(config) -> None:
+    if SLOWDOWN_ENV not in os.environ:
+        os.environ[SLOWDOWN_ENV] = f"{measure_slowdown():.2f}"
+
+
+def pytest_report_header(config) -> str:
+    return f"{SLOWDOWN_ENV}={os.environ[SLOWDOWN_ENV]} (deadlines of waits are scaled by it)"
+
+
 def mpi_env() -> dict[str, str]:
     env = dict(os.environ)
     # mpiexec comes with the `mpich` wheel, next to this interpreter
@@ -68,7 +103,7 @@ def run_mpi(
                     if process.name().startswith("python"):  # the ranks and their loader workers, not mpiexec's proxies
                         process.send_signal(signal.SIGABRT)
             try:
-                stdout, stderr = launcher.communicate(timeout=20)
+                stdout, stderr = launcher.communicate(timeout=budget(20))
             except subprocess.TimeoutExpired:
                 launcher.kill()
                 stdout, stderr = launcher.communicate()

@@ -10,8 +10,8 @@ one with the same images in tar shards, moved whole (shuffle.unit=shard).
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import random
 import signal
 import subprocess
@@ -26,6 +26,7 @@ from hpcshuffle.comm.chaos import ENV
 from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.storage.store import Store
+from hpcshuffle.storage.worker_start import NOT_A_RANK
 from hpcshuffle.training.checkpoint import PREEMPT_EXIT_CODE
 from tests.conftest import (
     BATCH,
@@ -34,6 +35,7 @@ from tests.conftest import (
     SMALL_SAMPLES,
     SMALL_SHARD,
     audit_by_epoch,
+    budget,
     dead_pack_bytes,
     mpi_env,
     run_mpi,
@@ -167,27 +169,38 @@ def test_sigkill_after_a_step_checkpoint_resumes_inside_the_epoch(small_dataset,
     assert_stores_hold_the_final_partition(tmp_path / "store")
 
 
-def loader_workers(pid: int) -> list[int]:
-    """The processes under rank `pid` once its loader worker runs (a child of the workers' forkserver,
-    which is a child of the rank), else []."""
-    under = psutil.Process(pid).children(recursive=True)
-    return [process.pid for process in under] if any(process.ppid() != pid for process in under) else []
+def job_tree(launcher: subprocess.Popen) -> list[psutil.Process]:
+    """Every process under the mpiexec launcher (its proxy, the ranks, their forkservers, resource
+    trackers and loader workers)."""
+    return psutil.Process(launcher.pid).children(recursive=True)
 
 
-def rank_pids(launcher: subprocess.Popen, marker: str) -> list[int]:
-    """The training processes of one mpiexec job: this interpreter, with `marker` among its
-    arguments, leaving out their loader workers (forked children with the same command line)."""
-    found = set(map(int, subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()))
-    pids = []
-    for pid in found - {launcher.pid}:
-        try:
-            process = psutil.Process(pid)
-            argv, parent = process.cmdline(), process.ppid()
-        except psutil.Error:  # gone meanwhile
-            continue
-        if argv[0] == sys.executable and parent not in found:
-            pids.append(pid)
-    return sorted(pids)
+def rank_process(launcher: subprocess.Popen, rank: int) -> psutil.Process | None:
+    """Rank `rank` of the job, known by the PMI_RANK that mpiexec gives it: a forkserver, resource
+    tracker or loader worker inherits that rank's PMI_RANK too, but also NOT_A_RANK, which leaves
+    them out."""
+    for process in job_tree(launcher):
+        with contextlib.suppress(psutil.Error):  # gone meanwhile
+            environ = process.environ()
+            if environ.get("PMI_RANK") == str(rank) and NOT_A_RANK not in environ:
+                return process
+    return None
+
+
+def loader_workers(rank: psutil.Process) -> list[psutil.Process]:
+    """The rank's loader workers: children of its forkserver, so not children of the rank itself."""
+    return [process for process in rank.children(recursive=True) if process.ppid() != rank.pid]
+
+
+def describe_tree(launcher: subprocess.Popen) -> str:
+    """The job's processes, one a line (pid, parent, PMI_RANK, NOT_A_RANK, command), for a failure."""
+    lines = []
+    for process in job_tree(launcher):
+        with contextlib.suppress(psutil.Error):
+            environ = process.environ()
+            lines.append(f"{process.pid} <- {process.ppid()} rank={environ.get('PMI_RANK')} "
+                         f"not_a_rank={NOT_A_RANK in environ}: {' '.join(process.cmdline())[:120]}")
+    return "\n".join(lines)
 
 
 def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_dataset, tmp_path, reference):
@@ -203,15 +216,18 @@ def test_preemption_signal_on_one_rank_checkpoints_and_exits_for_requeue(small_d
         for line in launcher.stdout:  # wait until training runs: the breakdown's header
             if line.startswith("epoch "):
                 break
-        pids = rank_pids(launcher, str(tmp_path / "run"))
-        assert len(pids) == RANKS, pids
-        for _ in range(100):  # the persistent loader worker starts with the first epoch
-            if workers := loader_workers(pids[2]):
-                break
-            time.sleep(0.05)
-        assert workers, "no loader worker appeared"
-        for pid in [pids[2], *workers]:  # and its forkserver and multiprocessing's resource tracker
-            os.kill(pid, signal.SIGUSR1)
+        # the persistent loader worker starts with the first epoch's first batch, seconds later on
+        # a slow machine: wait for that process itself, as long as this machine's slowdown says
+        deadline = time.monotonic() + budget(60)
+        while not ((rank := rank_process(launcher, 2)) and loader_workers(rank)):
+            assert launcher.poll() is None, f"the run ended first: {launcher.communicate()[1][-3000:]}"
+            assert time.monotonic() < deadline, f"no loader worker under rank 2 in {budget(60):.0f} s:\n" \
+                                                f"{describe_tree(launcher)}"
+            time.sleep(0.1)
+        # the rank, and everything under it: its forkserver, resource tracker and loader worker
+        for process in [rank, *rank.children(recursive=True)]:
+            with contextlib.suppress(psutil.Error):
+                process.send_signal(signal.SIGUSR1)
         out, err = launcher.communicate(timeout=120)
     finally:
         launcher.kill()

@@ -37,7 +37,7 @@ from tests.cluster.conftest import (
     assert_same_training,
     cluster_sh,
 )
-from tests.conftest import REPO
+from tests.conftest import REPO, budget
 
 pytestmark = pytest.mark.cluster
 NAMED_WITHIN_S = 60
@@ -129,7 +129,7 @@ def test_one_rank_killed_is_named_requeued_and_resumed(nscluster, pls_run):
     srun's 137 for a killed task), jobs/train.sbatch requeues it, and the requeued run resumes
     from the checkpoint and trains exactly as the uninterrupted run did."""
     run_dir = nscluster.work / "rank"
-    job_id = nscluster.submit("rank", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, "world.timeout_s=10"],
+    job_id = nscluster.submit("rank", [*TWO_BY_TWO, "jobs/train.sbatch", *COMMON, *PLS, f"world.timeout_s={budget(10):.0f}"],
                               env={"RUN_DIR": str(run_dir), KILL_ENV: "3:1:iteration-2"})
     with cancelled_on_failure(job_id):
         job = nscluster.wait("rank", job_id, FAULT_TIMEOUT_S, on_poll=release_requeued())

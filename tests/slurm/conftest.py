@@ -13,12 +13,12 @@ import subprocess
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, budget
 
 
 def slurm_answers() -> bool:
     try:
-        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=10).returncode == 0
+        return subprocess.run(["sinfo", "-h"], capture_output=True, timeout=budget(10)).returncode == 0
     except (OSError, subprocess.TimeoutExpired):
         return False
 

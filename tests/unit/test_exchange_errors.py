@@ -14,6 +14,7 @@ from hpcshuffle.comm.exchange import ExchangeError, Scheduler
 from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.plan import Exchange
 from hpcshuffle.storage.store import Store, StoreError
+from tests.conftest import budget
 
 BIG_SAMPLE_BYTES = 5000
 
@@ -48,7 +49,7 @@ def store(tmp_path):
 )
 def test_moves_arrive_intact(store, sample_ids, max_message_bytes):
     sent = {sample_id: store.read_bytes(sample_id) for sample_id in sample_ids}
-    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10, max_message_bytes=max_message_bytes)
+    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=budget(10), max_message_bytes=max_message_bytes)
     try:
         scheduler.repair(moves(*sample_ids))
     finally:
@@ -93,16 +94,16 @@ def test_a_sample_that_never_arrives_is_named(store):
     assert_repair_fails(store, moves(3, src=1), ExchangeError, (
         r"rank 0: no exchange progress for 0 s in the start-up repair; still expecting samples from "
         r"ranks \{1: \[3\]\} \(first ids shown\), 0 send messages unfinished. A peer has likely died"
-    ), timeout_s=0.05)
+    ), timeout_s=0.05)  # expires by design
 
 
 def test_a_failure_on_the_exchange_thread_is_raised_by_the_training_threads_next_call(store):
     store.path(4).write_bytes(b"short")
-    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=10)
+    scheduler = Scheduler(MPI.COMM_SELF, store, "k", timeout_s=budget(10))
     try:
         scheduler.scheduling(SimpleNamespace(epoch=0, exchange=moves(4)))
         scheduler.communicate(0)  # returns at once: the exchange thread fails on its own
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + budget(10)
         with pytest.raises(StoreError, match=rf"store file {store.path(4)} does not hold the"):
             while time.monotonic() < deadline:
                 scheduler.communicate(1)

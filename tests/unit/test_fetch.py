@@ -17,6 +17,7 @@ from hpcshuffle.formats.imagefolder import make_codec, scan
 from hpcshuffle.formats.synthetic import synth_imagefolder
 from hpcshuffle.storage.fetch import BatchFetcher
 from hpcshuffle.storage.loader import EpochOrder, Samples, make_loader
+from tests.conftest import budget
 
 NUM_SAMPLES = 24
 
@@ -135,12 +136,12 @@ def test_a_forked_child_starts_its_own_pools():
     results = context.Queue()
     child = context.Process(target=fetch_in_child, args=(fetcher, results))
     child.start()
-    child.join(timeout=10)
+    child.join(timeout=budget(10))
     if child.is_alive():  # a child using its parent's (threadless) pools would wait forever
         child.kill()
         pytest.fail("fetching in a forked child hung")
     assert child.exitcode == 0
-    assert results.get(timeout=1) == (True, list(range(6)))
+    assert results.get(timeout=budget(1)) == (True, list(range(6)))
     assert fetcher.fetch(range(4)) and fetcher.pools_pid == os.getpid()  # the parent's pools still serve it
     fetcher.close()
     assert fetcher.pools_pid is None

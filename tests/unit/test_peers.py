@@ -35,7 +35,7 @@ def world() -> World:
 
 @pytest.fixture
 def peers(world, tmp_path) -> Peers:
-    peers = Peers(world, timeout_s=0.5, run_dir=tmp_path)
+    peers = Peers(world, timeout_s=0.5, run_dir=tmp_path)  # expires by design
     peers.nodes_at = {"10.0.0.2": {"n2"}}  # as gathered at start-up from a second node
     yield peers
     peers.close()

@@ -52,7 +52,7 @@ def test_every_command_goes_through_the_prefix(stubs, tmp_path):
 def test_a_job_that_does_not_end_in_time_is_cancelled_and_named(stubs, tmp_path):
     calls = stubs("JobState=RUNNING Restarts=0 ExitCode=0:0")
     with pytest.raises(slurm.JobTimeout, match=f"job {JOB} did not end within 0 s and was cancelled") as caught:
-        slurm.run(["--wrap", "sleep 100"], log=tmp_path / "job.out", timeout_s=0.05, poll_s=0.01)
+        slurm.run(["--wrap", "sleep 100"], log=tmp_path / "job.out", timeout_s=0.05, poll_s=0.01)  # expires by design
     assert caught.value.job_id == JOB and "job output" in str(caught.value)
     assert calls.read_text().splitlines()[-1] == f"scancel {JOB}"
 

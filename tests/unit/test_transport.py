@@ -8,6 +8,7 @@ from mpi4py import MPI
 
 from hpcshuffle.comm.transport import FRAME, ExchangeError, ExchangeStalled, Transport
 from hpcshuffle.errors import PeerLost
+from tests.conftest import budget
 
 TAG = 5
 MAX_MESSAGE_BYTES = 1000
@@ -25,7 +26,7 @@ def transport(delivered):
     def deliver(source, header, payload):
         delivered.append((source, header.tobytes(), payload.tobytes()))
 
-    transport = Transport(MPI.COMM_SELF, TAG, deliver, timeout_s=10, max_message_bytes=MAX_MESSAGE_BYTES)
+    transport = Transport(MPI.COMM_SELF, TAG, deliver, timeout_s=budget(10), max_message_bytes=MAX_MESSAGE_BYTES)
     yield transport
     transport.close()
 
@@ -62,7 +63,7 @@ def test_drain_with_barrier_takes_in_what_was_posted(transport, delivered):
 
 def test_a_wait_without_progress_raises_the_owners_report():
     """A stall is a lost peer (exit code 76, requeued), not bad input; its text says so."""
-    transport = Transport(MPI.COMM_SELF, TAG, lambda *message: None, timeout_s=0.05)
+    transport = Transport(MPI.COMM_SELF, TAG, lambda *message: None, timeout_s=0.05)  # expires by design
     try:
         with pytest.raises(ExchangeStalled, match=(
             r"^rank 0 still expects sample 3 from rank 1; the job script requeues and resumes from the last "
@@ -82,7 +83,8 @@ def test_a_header_that_does_not_fit_one_message_is_refused(transport):
 @pytest.mark.parametrize("max_message_bytes", [FRAME.size, 1 << 31])
 def test_max_message_bytes_must_fit_a_frame_and_an_int32_count(max_message_bytes):
     with pytest.raises(ValueError, match="max_message_bytes must be in .*MPI counts are int32"):
-        Transport(MPI.COMM_SELF, TAG, lambda *message: None, timeout_s=1, max_message_bytes=max_message_bytes)
+        Transport(MPI.COMM_SELF, TAG, lambda *message: None, timeout_s=1,  # never waited on
+                  max_message_bytes=max_message_bytes)
 
 
 def test_a_message_filled_in_place_arrives_and_its_buffer_is_reused_once_sent(transport, delivered):

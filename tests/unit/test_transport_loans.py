@@ -11,6 +11,7 @@ from hpcshuffle.comm.transport import ExchangeError
 from hpcshuffle.formats.catalog import SampleMeta
 from hpcshuffle.plan import EpochPlan, Loans, PlanSpec
 from hpcshuffle.storage.store import Store
+from tests.conftest import budget
 
 BIG_SAMPLE = bytes(range(256)) * 20  # 5120 bytes: several messages of at most 1000
 
@@ -30,7 +31,7 @@ def lent_at_step_1(epoch: int, src: int = 0) -> EpochPlan:
 
 
 def test_a_loan_over_max_message_bytes_arrives_whole(store):
-    lender = Lender(MPI.COMM_SELF, store, ahead=1, timeout_s=10, max_message_bytes=1000)
+    lender = Lender(MPI.COMM_SELF, store, ahead=1, timeout_s=budget(10), max_message_bytes=1000)
     try:
         for epoch in range(2):  # a loan is matched by its epoch as well as its sample id
             lender.start_epoch(lent_at_step_1(epoch))
@@ -43,7 +44,7 @@ def test_a_loan_over_max_message_bytes_arrives_whole(store):
 
 def test_a_loan_that_never_arrives_is_named(store):
     """The plan says rank 1 lends sample 3, but on MPI_COMM_SELF nobody does."""
-    lender = Lender(MPI.COMM_SELF, store, ahead=1, timeout_s=0.05)
+    lender = Lender(MPI.COMM_SELF, store, ahead=1, timeout_s=0.05)  # expires by design
     try:
         lender.start_epoch(lent_at_step_1(0, src=1))
         with pytest.raises(ExchangeError, match=(
