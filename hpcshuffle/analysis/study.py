@@ -4,8 +4,9 @@ Input is the summary rows of a results tree (`hpcshuffle.analysis.report.collect
 (partition, workers, strategy, q, seed). Per point the final top-1 is averaged over seeds with a
 95 % Student-t interval; a strategy's gap to global shuffling is taken seed by seed (runs of one
 seed share the model's initialisation and the plan's random draws, so the pairing removes that
-part of the noise) and gets its own interval; a strategy reaches global shuffling where that
-interval reaches 0 (intervals.reaches_global, the one rule). Every run's gap is set against its final
+part of the noise) and gets its own intervals; a strategy reaches global shuffling where the lower
+end of that gap's 90 % interval is at most δ below 0 (intervals.reaches_global, the one rule: an
+equivalence test). Every run's gap is set against its final
 `mixing` quality and label skew to see whether the measures predict the loss: Pearson's r and
 Spearman's ρ, over all runs, within each partition and within each strategy family.
 """
@@ -16,6 +17,8 @@ import statistics
 from dataclasses import dataclass
 
 from hpcshuffle.analysis.intervals import (
+    EQUIVALENCE_MARGIN,
+    REACH_LEVEL,
     interval95,
     paired_gap,
     pearson,
@@ -83,11 +86,23 @@ class Gap:
     point: Point
     mean: float
     ci95: tuple[float, float]
+    ci90: tuple[float, float]  # REACH_LEVEL's, which the rule reads
 
     @property
     def excludes_zero(self) -> bool:
         """Whether the gap's 95 % interval lies wholly above or below 0."""
         return self.ci95[1] < 0 or self.ci95[0] > 0
+
+    @property
+    def reaches_global(self) -> bool:
+        """The one rule: the 90 % interval's lower end at most δ below 0 (intervals.reaches_global)."""
+        return reaches_global(self.ci90)
+
+    def row(self) -> dict:
+        """The gap as results/ records it."""
+        return {"partition": self.point.partition, "workers": self.point.workers, "strategy": self.point.strategy,
+                "q": self.point.q, "gap_mean": round(self.mean, 3), "ci95": [round(v, 3) for v in self.ci95],
+                "ci90": [round(v, 3) for v in self.ci90], "reaches_global": self.reaches_global}
 
 
 def gaps(found: list[Point]) -> list[Gap]:
@@ -99,32 +114,35 @@ def gaps(found: list[Point]) -> list[Gap]:
         base = references.get((point.partition, point.workers))
         if point.strategy == reference or base is None:
             continue
-        mean, low, high, _ = paired_gap(dict(zip(point.seeds, point.top1)), dict(zip(base.seeds, base.top1)),
-                                        f"the gap of {point.strategy} q={point.q:g} to {reference} at "
-                                        f"{point.partition} M={point.workers}")
-        result.append(Gap(point, mean, (low, high)))
+        mine, theirs = dict(zip(point.seeds, point.top1)), dict(zip(base.seeds, base.top1))
+        what = f"the gap of {point.strategy} q={point.q:g} to {reference} at {point.partition} M={point.workers}"
+        mean, low, high, _ = paired_gap(mine, theirs, what)
+        _, low90, high90, _ = paired_gap(mine, theirs, what, REACH_LEVEL)
+        result.append(Gap(point, mean, (low, high), (low90, high90)))
     return result
 
 
 def smallest_reaching_q(all_gaps: list[Gap], partition: str, workers: int) -> float | None:
     """The smallest q on the q axis (local, partial) that reaches global shuffling at (partition, workers):
-    its seed-paired gap's 95 % interval reaches 0 (`reaches_global`); None when none does."""
+    its seed-paired gap's 90 % interval ends at most δ below 0 (`reaches_global`); None when none does."""
     reaching = [g.point.q for g in all_gaps if (g.point.partition, g.point.workers) == (partition, workers)
-                and g.point.strategy in CANDIDATES and reaches_global(g.ci95)]
+                and g.point.strategy in CANDIDATES and g.reaches_global]
     return min(reaching) if reaching else None
 
 
 def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing") -> list[tuple[float, float, str, str]]:
-    """(the run's `measure`, final top-1 minus the mean of global shuffling's at the same (partition,
-    workers), partition, strategy) for every complete run that is not global shuffling's and records `measure`:
-    `mixing` (final pair-mixing quality), `label_skew` (final label skew, analysis/labels.py) or
-    `label_skew_early` (its mean over the first quarter of the epochs)."""
+    """(the run's `measure`, its paired gap: final top-1 minus global shuffling's at the same (partition,
+    workers) and seed, partition, strategy) for every complete run that is not global shuffling's, has a
+    global run of its seed, and records `measure`: `mixing` (final pair-mixing quality), `label_skew`
+    (final label skew, analysis/labels.py) or `label_skew_early` (its mean over the first quarter of the
+    epochs)."""
     reference = with_role("reference").name
-    means = {(p.partition, p.workers): p.top1_mean for p in found if p.strategy == reference}
+    global_top1 = {(p.partition, p.workers, seed): top1 for p in found if p.strategy == reference
+                   for seed, top1 in zip(p.seeds, p.top1)}
     pairs = []
     for row in rows:
         partition = row.get("partition") or "random"
-        base = means.get((partition, row["workers"]))
+        base = global_top1.get((partition, row["workers"], row["seed"]))
         if (not row["complete"] or row["shuffle"] == reference or base is None or row.get(measure) is None
                 or row["final_score"] is None or run_q(row) is None):
             continue
@@ -148,6 +166,7 @@ def correlation(pairs: list[tuple[float, float, str, str]]) -> dict:
                           for family in sorted({f for _, _, _, f in pairs})}}
 
 
+REACH_RULE = f"paired gap's {REACH_LEVEL * 100:.0f} % interval ends above -{EQUIVALENCE_MARGIN:g}"
 MEASURES = {"mixing": "final mixing quality", "label_skew": "final label skew",
             "label_skew_early": "label skew over the first quarter of the epochs"}
 
@@ -166,13 +185,14 @@ def summary(rows: list[dict]) -> dict:
             "partition": partition, "workers": workers,
             "local_gap": None if local is None else round(local.mean, 3),
             "local_gap_ci95": None if local is None else [round(v, 3) for v in local.ci95],
+            "local_gap_ci90": None if local is None else [round(v, 3) for v in local.ci90],
             "local_gap_excludes_0": None if local is None else local.excludes_zero,
+            "local_reaches_global": None if local is None else local.reaches_global,
             "smallest_q_reaching_global": smallest_reaching_q(all_gaps, partition, workers),
         })
     return {"rows": [p.row() for p in found], "cells": by_cell,
-            "gaps": [{"partition": g.point.partition, "workers": g.point.workers, "strategy": g.point.strategy,
-                      "q": g.point.q, "gap_mean": round(g.mean, 3), "ci95": [round(v, 3) for v in g.ci95]}
-                     for g in all_gaps],
+            "reach_rule": {"level": REACH_LEVEL, "margin": EQUIVALENCE_MARGIN},
+            "gaps": [g.row() for g in all_gaps],
             "quality_vs_gap": {**correlation(quality_vs_gap(rows, found)),
                                **{measure: correlation(pairs) for measure in ("label_skew", "label_skew_early")
                                   if (pairs := quality_vs_gap(rows, found, measure))}}}
@@ -198,7 +218,7 @@ def study_table(result: dict) -> str:
         q = cell["smallest_q_reaching_global"]
         lines.append(head + f"local - global = {cell['local_gap']:+.2f} points, "
                      f"95 % interval [{low:+.2f}, {high:+.2f}] ({verdict}); smallest q reaching global "
-                     f"(paired gap's interval reaches 0): {'none' if q is None else f'{q:g}'}")
+                     f"({REACH_RULE}): {'none' if q is None else f'{q:g}'}")
     corr = result["quality_vs_gap"]
     for measure, what in MEASURES.items():
         found = corr if measure == "mixing" else corr.get(measure)

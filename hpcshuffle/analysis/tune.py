@@ -4,7 +4,8 @@ Given the summary rows of a sweep (`hpcshuffle.analysis.report.collect`), recomm
 count (and first partition) the smallest exchange fraction q whose final validation score is within
 a tolerance of global shuffling's (or, without a global run, of the best run's). Where every point
 has 2 or more seeds, also the smallest q that reaches global shuffling by the one rule of
-analysis/intervals.py: the 95 % interval of its gap to global, paired seed by seed, reaches 0.
+analysis/intervals.py: the lower end of the 90 % interval of its gap to global, paired seed by seed,
+is at most δ (1 point) below 0.
 Which strategies lie on the q axis, which one is the reference and which the "vs LS" baseline, the
 strategy table says (`hpcshuffle.plan`).
 """
@@ -15,7 +16,8 @@ import statistics
 from dataclasses import dataclass, field
 
 from hpcshuffle.analysis.intervals import (
-    REACH_TOLERANCE,
+    EQUIVALENCE_MARGIN,
+    REACH_LEVEL,
     interval95,
     paired_gap,
     reaches_global,
@@ -203,8 +205,8 @@ def recommend(runs: list[dict], tolerance: float, reference: str) -> GroupResult
 
 
 def reach(group: GroupResult, reference_row: QRow | None, candidates: list[QRow]) -> None:
-    """Set the group's smallest candidate q that reaches global shuffling (its seed-paired gap's 95 %
-    interval reaches 0, intervals.reaches_global), or why none does."""
+    """Set the group's smallest candidate q that reaches global shuffling (its seed-paired gap's 90 %
+    interval ends at most δ below 0, intervals.reaches_global), or why none does."""
     if reference_row is None or not candidates:
         group.reach_reason = "needs a global run and local or partial runs"
         return
@@ -213,11 +215,12 @@ def reach(group: GroupResult, reference_row: QRow | None, candidates: list[QRow]
             group.reach_reason = (f"needs 2 or more seeds run by both {_q_text(row)} and global, one run a seed: "
                                   "sweep seed=0,1,2 for both")
             return
-        gap = paired_gap(row.scores, reference_row.scores, f"{row.shuffle} q={row.q:g} - global")
+        gap = paired_gap(row.scores, reference_row.scores, f"{row.shuffle} q={row.q:g} - global", REACH_LEVEL)
         if reaches_global(gap[1:3]):
             group.reach_q, group.reach_gap = row.q, gap
             return
-    group.reach_reason = "every q's paired gap to global lies below 0 beyond the noise: sweep larger q"
+    group.reach_reason = (f"no q's paired gap to global is shown to lie within {EQUIVALENCE_MARGIN:g} point of it "
+                          "(its interval reaches lower): sweep larger q, or more seeds where the intervals are wide")
 
 
 def tune_q(rows: list[dict], tolerance: float, reference: str = "auto", include_incomplete: bool = False) -> TuneResult:
@@ -270,11 +273,12 @@ def recommendation_line(group: GroupResult, tolerance: float) -> str:
 
 def reach_line(group: GroupResult) -> str:
     """The paired rule's answer: printed where every point of the group has 2 or more seeds."""
+    rule = f"paired gap's {REACH_LEVEL * 100:.0f} % interval ends above -{EQUIVALENCE_MARGIN:g}"
     if group.reach_q is None:
-        return f"workers {group.workers}: no q reaches global (paired gap's 95 % interval): {group.reach_reason}"
+        return f"workers {group.workers}: no q reaches global ({rule}): {group.reach_reason}"
     mean, low, high, seeds = group.reach_gap
-    return (f"workers {group.workers}: smallest q reaching global (paired gap's 95 % interval reaches "
-            f"{0 - REACH_TOLERANCE:g}): q={group.reach_q:g}, gap {mean:+.2f} [{low:+.2f}, {high:+.2f}] over {seeds} seeds")
+    return (f"workers {group.workers}: smallest q reaching global ({rule}): q={group.reach_q:g}, "
+            f"gap {mean:+.2f} [{low:+.2f}, {high:+.2f}] over {seeds} seeds")
 
 
 def tune_table(result: TuneResult) -> str:

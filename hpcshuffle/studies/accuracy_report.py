@@ -8,9 +8,14 @@ import statistics
 import sys
 from pathlib import Path
 
-from hpcshuffle.analysis.intervals import interval95, paired_gap, reaches_global
+from hpcshuffle.analysis.intervals import (
+    REACH_LEVEL,
+    interval95,
+    paired_gap,
+    reaches_global,
+)
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
-from hpcshuffle.analysis.study import points, quality_vs_gap
+from hpcshuffle.analysis.study import REACH_RULE, points, quality_vs_gap, summary
 from hpcshuffle.plan import with_role
 from hpcshuffle.studies.accuracy_runs import label, runs_dir, strategy_of
 from hpcshuffle.studies.runs import records
@@ -41,6 +46,31 @@ def runs_of(rows: list[dict], result: dict) -> list[dict]:
              "mixing": row["mixing"], "label_skew": row["label_skew"], "label_skew_early": row["label_skew_early"]}
             for row in sorted(rows, key=lambda row: (row.get("partition") or "random", row["workers"], row["shuffle"],
                                                      row["q"], row["seed"])) if row["complete"]]
+
+
+def rows_of_runs(runs: list[dict]) -> list[dict]:
+    """A study JSON's stored runs (`runs_of`) as the summary rows they were made from, final top-1 as
+    stored (3 decimals): what re-scoring a study needs, with no run directory."""
+    return [{"complete": True, "final_score": run["top1"], "partition": run["partition"], "workers": run["workers"],
+             "shuffle": run["strategy"], "q": run["q"], "seed": run["seed"], "mixing": run["mixing"],
+             "label_skew": run["label_skew"], "label_skew_early": run["label_skew_early"]} for run in runs]
+
+
+def rescored(study: dict, preregistered: dict | None) -> dict:
+    """`study` (a study's JSON, or one of its variants) summarised again from its stored runs under
+    today's rule, with its cells' plan predictions kept and, given its pre-registration, that held
+    against it again; no run is trained or read."""
+    result = summary(rows_of_runs(study["runs"]))
+    before = {(c["partition"], c["workers"]): c for c in study["cells"]}
+    for cell in result["cells"]:
+        old = before[(cell["partition"], cell["workers"])]
+        cell.update({key: old[key] for key in ("predicted_q", "predicted_skew") if key in old})
+    result.update(setup=study["setup"], runs=study["runs"])
+    if preregistered is not None:
+        result["preregistered"] = preregistration_check(result, preregistered)
+    first = study["runs"][0]
+    stamp(result, first["dataset"], first["norm"])
+    return result
 
 
 def norm_of(rows: list[dict]) -> str:
@@ -128,7 +158,7 @@ def figures_of(result: dict, rows: list[dict], out: Path, partitions: list[str],
 def prediction_lines(result: dict) -> str:
     """Per cell, q from the plan alone (tune-q --predict) beside q from training."""
     lines = [f"q without training (tune-q --predict, label skew at the last epoch within {SKEW_TOLERANCE} of "
-             "global's) against the trained answer (the smallest q whose seed-paired gap's 95 % interval reaches 0)"]
+             f"global's) against the trained answer (the smallest q that reaches global: {REACH_RULE})"]
     for cell in result["cells"]:
         predicted, trained = (("none" if q is None else f"{q:g}")
                               for q in (cell["predicted_q"], cell["smallest_q_reaching_global"]))
@@ -152,7 +182,8 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
         mine = {strategy: scores[(*key, strategy)] for strategy in cell["skew"] if (*key, strategy) in scores}
         predicted = cell["predicted_q"]
         strategy = None if predicted is None else "local" if predicted == 0 else f"partial-{predicted:g}"
-        reached = strategy in mine and reaches_global(paired_gap(mine[strategy], mine["global"], strategy)[1:3])
+        reached = strategy in mine and reaches_global(paired_gap(mine[strategy], mine["global"], strategy,
+                                                                 REACH_LEVEL)[1:3])
         pairs = [(a, b) for a in mine for b in mine if cell["skew"][b] - cell["skew"][a] >= SKEW_TOLERANCE]
         against = [(a, b) for a, b in pairs if statistics.fmean(mine[a].values()) < statistics.fmean(mine[b].values())]
         beyond = [(a, b) for a, b in against if paired_gap(mine[a], mine[b], f"{a} - {b}")[2] < 0]

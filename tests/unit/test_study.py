@@ -1,5 +1,6 @@
 """The accuracy study's statistics: Student-t intervals over seeds, paired gaps to global shuffling,
-the one "reaches global" rule (the paired gap's interval reaches 0), the quality-vs-gap correlations
+the one "reaches global" rule (an equivalence test: the paired gap's 90 % interval ends at most 1
+point below 0), the quality-vs-gap correlations
 (Pearson and Spearman, overall and within partitions and families), and `tune-q` on a
 study's results tree — on fake run directories."""
 
@@ -10,7 +11,12 @@ import statistics
 
 import pytest
 
-from hpcshuffle.analysis.intervals import interval95, paired_gap, reaches_global
+from hpcshuffle.analysis.intervals import (
+    REACH_LEVEL,
+    interval95,
+    paired_gap,
+    reaches_global,
+)
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
@@ -21,10 +27,10 @@ from tests.unit.test_tune import write_run
 STUDY = {
     ("contiguous", "global", 1.0): [80.0, 81.0, 82.0],
     ("contiguous", "local", 0.0): [50.0, 52.0, 51.0],
-    ("contiguous", "partial", 0.3): [70.0, 71.0, 72.0],
-    ("contiguous", "partial", 0.6): [79.0, 81.0, 83.0],
+    ("contiguous", "partial", 0.3): [79.0, 81.0, 83.0],  # paired gaps -1, 0, +1: contain 0, too wide to reach
+    ("contiguous", "partial", 0.6): [79.5, 80.5, 81.5],  # -0.5 at every seed: below 0, within δ = 1: reaches
     ("random", "global", 1.0): [80.0, 81.0, 82.0],
-    ("random", "local", 0.0): [80.5, 80.0, 82.5],
+    ("random", "local", 0.0): [80.2, 81.1, 81.9],
     ("random", "partial", 0.3): [81.0, 80.0, 81.5],
 }
 
@@ -32,8 +38,8 @@ STUDY = {
 def write_study(root):
     for (partition, shuffle, q), finals in STUDY.items():
         for seed, final in enumerate(finals):
-            # a mixing quality that falls with the gap, exactly linearly: Pearson r = 1 over all runs
-            mixing = 1.0 + (final - 81.0) / 100
+            # a mixing quality that falls with the paired gap, exactly linearly: Pearson r = 1 over all runs
+            mixing = 1.0 + (final - STUDY[partition, "global", 1.0][seed]) / 100
             write_run(root / partition / "M16" / f"{shuffle}-{q}", f"seed{seed}", shuffle=shuffle, q=q, workers=16,
                       final=final, seed=seed, partition=partition, mixing=mixing)
     return root
@@ -68,25 +74,34 @@ def test_summary_gaps_reach_and_correlation(tmp_path):
     assert cells["contiguous"]["local_gap_ci95"] == pytest.approx([-30 - 4.303 / math.sqrt(3),
                                                                   -30 + 4.303 / math.sqrt(3)], abs=1e-3)
     assert cells["contiguous"]["local_gap_excludes_0"] is True
-    # q 0.3 is 10 below global at every seed (its paired gap's interval is [-10, -10]); q 0.6's gaps
-    # -1, 0, +1 reach 0
+    assert cells["contiguous"]["local_reaches_global"] is False
+    # q 0.3's gaps -1, 0, +1 contain 0 but their 90 % interval ends 1.69 below it; q 0.6 is 0.5 below at
+    # every seed: it excludes 0 and reaches GS all the same
+    found = {(g["partition"], g["q"]): g for g in result["gaps"]}
+    assert found["contiguous", 0.3]["ci95"][0] < 0 < found["contiguous", 0.3]["ci95"][1]
+    assert found["contiguous", 0.3]["ci90"][0] == pytest.approx(-2.919986 / math.sqrt(3), abs=1e-3)
+    assert not found["contiguous", 0.3]["reaches_global"] and found["contiguous", 0.6]["reaches_global"]
     assert cells["contiguous"]["smallest_q_reaching_global"] == 0.6
-    assert cells["random"]["local_gap_excludes_0"] is False
+    assert cells["random"]["local_gap_excludes_0"] is False and cells["random"]["local_reaches_global"] is True
     assert cells["random"]["smallest_q_reaching_global"] == 0.0
+    assert result["reach_rule"] == {"level": REACH_LEVEL, "margin": 1.0}
     assert result["quality_vs_gap"]["runs"] == 15  # every run but global's
     assert result["quality_vs_gap"]["pearson_r"] == pytest.approx(1.0)
     assert result["quality_vs_gap"]["spearman_rho"] == pytest.approx(1.0)
     text = study_table(result)
     assert "contiguous M=16: local - global = -30.00 points" in text and "(excludes 0)" in text
-    assert "smallest q reaching global (paired gap's interval reaches 0): 0.6" in text
+    assert "smallest q reaching global (paired gap's 90 % interval ends above -1): 0.6" in text
     assert "gap to global vs final mixing quality: r +1.00, ρ +1.00 (15 runs); within contiguous" in text
 
 
-def test_reaching_global_is_the_paired_gap_reaching_0(tmp_path):
+def test_reaching_global_is_equivalence_within_the_margin(tmp_path):
     # unpaired, q's [83.0, 87.0] and global's [84.5, 89.5] overlap; paired, q is 2 below at every seed
-    mean, low, high, seeds = paired_gap({0: 84.0, 1: 86.0, 2: 85.0, 7: 99.0}, {0: 86.0, 1: 88.0, 2: 87.0}, "q")
+    mean, low, high, seeds = paired_gap({0: 84.0, 1: 86.0, 2: 85.0, 7: 99.0}, {0: 86.0, 1: 88.0, 2: 87.0}, "q",
+                                        REACH_LEVEL)
     assert (mean, low, high, seeds) == (-2.0, -2.0, -2.0, 3) and not reaches_global((low, high))
-    assert reaches_global((-3.0, 0.0)) and reaches_global((4.3, 5.5)) and reaches_global((-3.0, -0.5), tolerance=1.0)
+    # the interval's lower end against -δ: a wide one that holds 0 fails, a tight one just below 0 passes
+    assert not reaches_global((-3.0, 0.5)) and reaches_global((-0.9, -0.1)) and reaches_global((4.3, 5.5))
+    assert reaches_global((-1.0, 2.0)) and reaches_global((-3.0, -0.5), margin=3.0)
     with pytest.raises(ValueError, match=r"needs at least 2 seeds, got 1"):
         paired_gap({0: 1.0, 1: 2.0}, {1: 2.0, 2: 3.0}, "q")
     # as contiguous M = 16 of the synthetic study: q 0.1 beats global at every seed, and counts
@@ -112,11 +127,12 @@ def test_tune_q_prints_the_interval_rule_per_partition_and_workers(tmp_path, cap
     main(["tune-q", str(root)])
     out = capsys.readouterr().out
     assert "-- model resnet50, dataset imagefolder, partition contiguous" in out
-    assert ("partition contiguous, workers 16: smallest q reaching global (paired gap's 95 % interval reaches 0): "
-            "q=0.6, gap +0.00 [-2.48, +2.48] over 3 seeds") in out
-    assert "partition random, workers 16: smallest q reaching global (paired gap's 95 % interval reaches 0): q=0," in out
-    # the tolerance rule still answers: within 1.0 of 81.00 means >= 80.00
-    assert "partition contiguous, workers 16: smallest q within 1.00 of global (81.00): q=0.6 (81.00)" in out
+    rule = "paired gap's 90 % interval ends above -1"
+    assert (f"partition contiguous, workers 16: smallest q reaching global ({rule}): "
+            "q=0.6, gap -0.50 [-0.50, -0.50] over 3 seeds") in out
+    assert f"partition random, workers 16: smallest q reaching global ({rule}): q=0," in out
+    # the tolerance rule still answers, with q 0.3's noisy mean: within 1.0 of 81.00 means >= 80.00
+    assert "partition contiguous, workers 16: smallest q within 1.00 of global (81.00): q=0.3 (81.00)" in out
 
 
 def test_tune_q_with_one_seed_says_why_there_is_no_interval(tmp_path, capsys):
