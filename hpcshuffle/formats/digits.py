@@ -13,7 +13,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from hpcshuffle.errors import at_least
 from hpcshuffle.formats import imagefolder
@@ -63,14 +62,13 @@ def synthesize(out: str | Path, *, seed: int, progress: bool, size: int = 32, va
     images, targets = load()
     out = Path(out)
     train, val = split(targets, val_fraction, seed)
-    for split_name in imagefolder.SPLITS:
-        for name in CLASSES:
-            (out / split_name / name).mkdir(parents=True, exist_ok=True)
-    jobs = [("train", i) for i in train] + [("val", i) for i in val]
-    for split_name, index in tqdm(jobs, desc=f"digits {out}", unit="img", disable=not progress):
+
+    def image_of(index: int) -> Image.Image:
         grey = Image.fromarray((images[index] * (255 / 16)).astype(np.uint8))
-        image = grey.resize((size, size), Image.Resampling.BILINEAR).convert("RGB")
-        image.save(out / split_name / CLASSES[targets[index]] / f"{index:04d}.png")
+        return grey.resize((size, size), Image.Resampling.BILINEAR).convert("RGB")
+
+    imagefolder.write_pngs(out, CLASSES, targets, dict(zip(imagefolder.SPLITS, (train, val))), image_of, 4, "digits",
+                           progress)
     return out
 
 

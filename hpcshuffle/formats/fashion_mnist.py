@@ -12,7 +12,6 @@ so `storage.partition=contiguous` hands each worker few classes, as a stager wal
 
 from __future__ import annotations
 
-import io
 import json
 import shutil
 import subprocess
@@ -21,7 +20,6 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
-from tqdm import tqdm
 
 from hpcshuffle.errors import at_least
 from hpcshuffle.formats import imagefolder
@@ -100,17 +98,13 @@ def synthesize(out: str | Path, *, seed: int, progress: bool, val_per_class: int
     out = Path(out)
     images, labels = read_package(fetch(out.parent / "downloads"))
     train, val = split(labels, val_per_class, seed)
-    for split_name in imagefolder.SPLITS:
-        for name in CLASSES:
-            (out / split_name / name).mkdir(parents=True, exist_ok=True)
-    jobs = [("train", i) for i in train] + [("val", i) for i in val]
-    for split_name, index in tqdm(jobs, desc=f"fashion_mnist {out}", unit="img", disable=not progress):
+
+    def image_of(index: int) -> Image.Image:
         image = Image.fromarray(images[index], mode="L")
-        if size != SIDE:
-            image = image.resize((size, size), Image.Resampling.BILINEAR)
-        buffer = io.BytesIO()
-        image.save(buffer, format="PNG")
-        (out / split_name / CLASSES[labels[index]] / f"{index:05d}.png").write_bytes(buffer.getvalue())
+        return image if size == SIDE else image.resize((size, size), Image.Resampling.BILINEAR)
+
+    imagefolder.write_pngs(out, CLASSES, labels, dict(zip(imagefolder.SPLITS, (train, val))), image_of, 5,
+                           "fashion_mnist", progress)
     return out
 
 

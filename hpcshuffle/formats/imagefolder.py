@@ -7,11 +7,13 @@ same tree numbers it the same way; `Catalog.fingerprint` lets ranks check that t
 from __future__ import annotations
 
 import io
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import numpy as np
 from PIL import Image
+from tqdm import tqdm
 
 from hpcshuffle.formats.catalog import Catalog, DatasetError, find_split
 from hpcshuffle.formats.codec import DatasetFormat, DatasetOptions, SampleError
@@ -166,6 +168,19 @@ class ImageFolderCodec:
         """(N, 3, S, S) float32 inputs on `device` of N `encoded` samples (their bytes and their (N, 5)
         crop table); RuntimeError if one is not a decodable JPEG."""
         return crop_batch(decode_jpegs(raw, device), crops, self.size, IMAGENET_MEAN, IMAGENET_STD)
+
+
+def write_pngs(out: Path, classes: Sequence[str], labels: np.ndarray, splits: dict[str, np.ndarray],
+               image_of: Callable[[int], Image.Image], digits: int, desc: str, progress: bool) -> None:
+    """Write a real dataset as an ImageFolder: for each split's indices i, `image_of(i)` as
+    `out/<split>/<classes[labels[i]]>/<i, zero-padded to digits>.png` (every class directory made,
+    even one a split has no image of)."""
+    for split_name in splits:
+        for name in classes:
+            (out / split_name / name).mkdir(parents=True, exist_ok=True)
+    jobs = [(split_name, index) for split_name, indices in splits.items() for index in indices]
+    for split_name, index in tqdm(jobs, desc=f"{desc} {out}", unit="img", disable=not progress):
+        image_of(index).save(out / split_name / classes[labels[index]] / f"{index:0{digits}d}.png")
 
 
 def make_codec(root: Path, train_catalog: Catalog, options: DatasetOptions) -> ImageFolderCodec:
