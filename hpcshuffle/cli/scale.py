@@ -16,6 +16,8 @@ import sys
 
 from hpcshuffle.cli import scale_sensitivity
 from hpcshuffle.plan import STRATEGIES, get_strategy
+from hpcshuffle.scale.envelope import envelope
+from hpcshuffle.scale.platform import Platform
 from hpcshuffle.scale.platform_yaml import load_platform
 from hpcshuffle.scale.recommend import (
     DEFAULT_QS,
@@ -97,9 +99,12 @@ def cmd_scale(args: argparse.Namespace) -> None:
     elif args.recommend:
         print(recommendation_table([run.first for run in runs], args.tolerance))
     elif args.json:
-        print(json.dumps(seeds_document(platform.name, args.seeds, runs)))
+        document = seeds_document(platform.name, args.seeds, runs)
+        for entry, run in zip(document["scenarios"], runs):
+            entry["envelope"] = envelope(platform, run.scenario)
+        print(json.dumps(document))
     else:
-        print(results_table(platform.name, args, runs))
+        print(results_table(platform, args, runs))
 
 
 def scenarios_of(args: argparse.Namespace, shuffles: list[str], qs: list[float]) -> list[Scenario]:
@@ -122,8 +127,9 @@ def _progress(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def results_table(platform: str, args: argparse.Namespace, runs: list[SeedRuns]) -> str:
-    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count and scope.
+def results_table(platform: Platform, args: argparse.Namespace, runs: list[SeedRuns]) -> str:
+    """Seconds per epoch and each phase, with the epoch's ratio to LS at the same worker count and scope,
+    and the back-of-envelope's epoch beside the model's (scale/envelope.py: `env` and `model/env`).
 
     Over several seeds, the epoch and the ratio are each a median with its [p10, p90] and the phases
     medians; the `seeds` column counts the simulations (1 where nothing is drawn at random) and
@@ -137,18 +143,22 @@ def results_table(platform: str, args: argparse.Namespace, runs: list[SeedRuns])
     over = f"; over seeds {args.seed}..{args.seed + args.seeds - 1}: median [p10, p90], phases median" if many else ""
     epoch_width, ratio_width = (27, 20) if many else (9, 6)
     lines = [
-        f"platform {platform}: {args.model} on {args.dataset}, b={args.batch} per rank; seconds per epoch "
-        f"(epoch: slowest rank; phases: mean over ranks){over}",
+        f"platform {platform.name}: {args.model} on {args.dataset}, b={args.batch} per rank; seconds per epoch "
+        f"(epoch: slowest rank; phases: mean over ranks); env: the back-of-envelope's epoch, no simulation "
+        f"(docs/scale.md){over}",
         f"{'workers':>7} {'run':<17} {'iters':>6} {'epoch':>{epoch_width}} " + " ".join(f"{p:>9}" for p in PHASES)
-        + f" {'vs LS':>{ratio_width}}" + (f" {'seeds':>5}" if many else "") + f" {'sim wall':>9}",
+        + f" {'env':>9} {'model/env':>9} {'vs LS':>{ratio_width}}" + (f" {'seeds':>5}" if many else "")
+        + f" {'sim wall':>9}",
     ]
     for run in runs:
         first, baseline = run.first, local.get((run.first.workers, run.first.scope))
         ratio = cell(run.ratio(baseline)) if baseline else "-"
         phases = " ".join(f"{run.spread(f'{phase}_s').median:>9.2f}" for phase in PHASES)
         epoch = cell(run.spread("epoch_s"))
+        rough = envelope(platform, run.scenario)["epoch_s"]
         lines.append(f"{first.workers:>7} {first.label:<17} {first.iterations:>6} {epoch:>{epoch_width}} {phases} "
-                     f"{ratio:>{ratio_width}}" + (f" {len(run.results):>5}" if many else "")
+                     f"{rough:>9.2f} {run.spread('epoch_s').median / rough:>9.2f} {ratio:>{ratio_width}}"
+                     + (f" {len(run.results):>5}" if many else "")
                      + f" {sum(r.wall_s for r in run.results):>8.1f}s")
     once = [run.first.label for run in runs if run.deterministic]
     if many and once:

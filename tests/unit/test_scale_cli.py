@@ -61,6 +61,16 @@ def test_json_has_one_row_per_run_with_exactly_the_documented_keys(capsys):
     gs_ls = doc["runs"][0]["epoch_s"] / doc["runs"][1]["epoch_s"]
     assert group["ratios"]["global/local"] == {"median": gs_ls, "p10": gs_ls, "p90": gs_ls}
     assert [s["epoch_s"]["median"] for s in doc["scenarios"]] == [row["epoch_s"] for row in doc["runs"]]
+    # and beside each, the back-of-envelope (scale/envelope.py), worked by hand for tiny at M = 4: a rank
+    # trains 512 samples in 64 steps. For GS the whole job's bound is 0.2048 s three ways (2,048 × 100 KB
+    # at 1 GB/s; 2,048 opens at 10,000/s; 2,048 × 1 ms over 10 servers); one rank's own wait, 512 × 1 ms
+    # over its 2 loaders, 0.256 s, is longer, and longer than FW+BW's 512 × 0.1 ms
+    ring = 64 * (6 * 1e-5 + 6 / 4 * 1e6 / 1e9)
+    assert doc["scenarios"][0]["envelope"] == {
+        "epoch_s": pytest.approx(0.256 + ring), "io_s": pytest.approx(0.256), "exchange_s": 0.0,
+        "fwbw_s": pytest.approx(512 * 1e-4), "allreduce_s": pytest.approx(ring), "bound": "io", "iterations": 64}
+    local = doc["scenarios"][1]["envelope"]  # 512 × (0.1 ms + 100 KB at 1 GB/s) / 2 loaders: as long as FW+BW
+    assert (local["io_s"], local["fwbw_s"]) == (pytest.approx(512 * 2e-4 / 2), pytest.approx(0.0512))
     # one progress line per run, on stderr
     assert [line.split(" ", 1)[0] for line in err.splitlines() if line.startswith("[")] == ["[1/2]", "[2/2]"]
 

@@ -251,7 +251,7 @@ def test_json_over_seeds(capsys, faked):
     assert (global_summary["label"], global_summary["deterministic"], global_summary["simulated"]) == ("global",
                                                                                                        False, 5)
     assert global_summary["epoch_s"] == {"median": 22.0, "p10": pytest.approx(20.4), "p90": pytest.approx(23.6)}
-    assert list(global_summary)[7:] == list(seeds.SPREAD_FIELDS)
+    assert list(global_summary)[7:] == [*seeds.SPREAD_FIELDS, "envelope"]
 
 
 def test_table_over_seeds_shows_median_and_range(capsys, faked):
