@@ -28,9 +28,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -164,7 +166,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", type=Path, required=True, help="where gpu.json and the runs' logs go")
     parser.add_argument("--work", type=Path, default=None, help="scratch for the dataset, stores and runs "
-                        "(default: <out>/work, deleted at the end)")
+                        "(default: a folder under the system's temporary directory, deleted at the end; never "
+                        "under --out, whose files the device tool brings back)")
     parser.add_argument("--cpu-dry-run", action="store_true", help="the same steps at toy sizes on the CPU")
     parser.add_argument("--workers", type=int, default=None, help="loader workers (default: cores - 1)")
     args = parser.parse_args()
@@ -176,7 +179,12 @@ def main() -> None:
     cores = len(os.sched_getaffinity(0))
     workers = args.workers if args.workers is not None else (1 if dry_run else max(1, cores - 1))
     args.out.mkdir(parents=True, exist_ok=True)
-    work = args.work or args.out / "work"
+    if args.work is not None and args.work.exists() and any(args.work.iterdir()):
+        sys.exit(f"gpu_check: --work {args.work} is not empty; give a new folder (the check writes a dataset, "
+                 "stores and runs there, and deletes nothing of yours)")
+    work = args.work or Path(tempfile.gettempdir()) / "hpcshuffle-gpu-check"
+    if args.work is None:  # its own folder: a run cut short left runs whose metrics.jsonl would be appended to
+        shutil.rmtree(work, ignore_errors=True)
     started = time.perf_counter()
 
     def step(message: str) -> None:
@@ -221,7 +229,7 @@ def main() -> None:
     (args.out / "gpu.json").write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))
     if args.work is None:
-        subprocess.run(["rm", "-rf", str(work)], check=False)
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":
