@@ -86,7 +86,7 @@ class Trainer:
         self.shared = describe(train_catalog) if world.is_root else None  # for rank 0's metrics.jsonl
         self.spec = plan_spec(world, config, train_catalog, self.workers)
         self.scope = "node" if self.spec.ranks_per_node > 1 else "rank"
-        sharded = self.spec.shard_samples > 1 and world.is_root
+        sharded = config.shuffle.unit == "shard" and world.is_root
         self.shard_note = shard_summary(self.spec, train_catalog) if sharded else ""
         identity = run_identity(world, config, self.spec, train_catalog)
         self.checkpointer = Checkpointer(world, run_dir, identity, config.checkpoint.resume, config.epochs)

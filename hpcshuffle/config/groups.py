@@ -36,7 +36,10 @@ class ShuffleConfig:
         unit: "sample", or "shard": the plan partitions and exchanges whole shards of a packed
             dataset (plan/shards.py), with shard j holding ids [jG, (j+1)G).
         buffer: B > 0: each epoch a node reads its shards in a shuffled order, each one in order,
-            through a shuffle buffer of B samples; 0: a full shuffle of what the node holds.
+            through a shuffle buffer of B samples; 0: a full shuffle of what the node holds (for a
+            strategy that reads blocks, CorgiPile: ten blocks).
+        block: G, samples per block for a strategy that reads shared storage in blocks of
+            consecutive ids (CorgiPile); a packed dataset's shards with shuffle.unit=shard.
     """
 
     name: str = "local"
@@ -46,6 +49,7 @@ class ShuffleConfig:
     virtual_chunk: int = 0
     unit: str = "sample"
     buffer: int = 0
+    block: int = 0
 
     def __post_init__(self) -> None:
         if self.name not in STRATEGIES:
@@ -53,11 +57,18 @@ class ShuffleConfig:
         if self.unit not in UNITS:
             raise ConfigError(f"shuffle.unit must be one of {UNITS}, got {self.unit!r}")
         at_least("shuffle.buffer", self.buffer, 0, "samples (0: a full shuffle)", error=ConfigError)
-        if (self.unit == "shard" or self.buffer) and not self.strategy.local_order:
+        if (self.unit == "shard" or self.buffer) and not (self.strategy.local_order or self.strategy.blocks):
             raise ConfigError(
                 f"shuffle.unit=shard and shuffle.buffer shape the partition and the order a node reads its "
                 f"own samples in, but shuffle={self.name} trains on global batches: use shuffle=local or partial"
             )
+        blocked = [name for name, strategy in STRATEGIES.items() if strategy.blocks]
+        if self.strategy.blocks and self.unit != "shard":
+            at_least("shuffle.block", self.block, 1, f"samples (shuffle={self.name} reads blocks of them)",
+                     error=ConfigError)
+        elif self.block and not self.strategy.blocks:
+            raise ConfigError(f"shuffle.block only applies to shuffle={' or '.join(blocked)}, which reads blocks; "
+                              f"shuffle={self.name} does not: drop shuffle.block")
         if not 0.0 <= self.q <= 1.0:
             raise ConfigError(f"shuffle.q must be in [0, 1], got {self.q}")
         try:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from hpcshuffle.plan.common import EpochPlan, PlanSpec
+from hpcshuffle.plan.corgipile import plan_corgipile
 from hpcshuffle.plan.global_ import plan_global
 from hpcshuffle.plan.local import plan_local
 from hpcshuffle.plan.locality import plan_locality
@@ -46,6 +47,8 @@ class Strategy:
         on_q_axis: its accuracy is a point of the q curve that tune-q searches (local is q = 0).
         role: "reference" (what tune-q compares accuracy with), "baseline" (what report divides
             epoch times by) or "" for neither.
+        blocks: it reads shared storage in blocks of consecutive ids through a shuffle buffer
+            (shuffle.block, shuffle.buffer), not one sample at a time.
     """
 
     name: str
@@ -55,6 +58,7 @@ class Strategy:
     data_path: str
     on_q_axis: bool = False
     role: str = ""
+    blocks: bool = False
 
     def q_for(self, requested: float | None) -> float:
         """The q a run of this strategy has: the fixed one, or the requested one (which must agree)."""
@@ -104,6 +108,7 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("partial", plan_partial, None, HOME_STORE, PATH_EXCHANGE, on_q_axis=True),
         Strategy("locality", plan_locality, 0.0, HOME_STORE, PATH_LOANS),
         Strategy("global", plan_global, 1.0, HOME_SHARED, PATH_SHARED, role="reference"),
+        Strategy("corgipile", plan_corgipile, 1.0, HOME_SHARED, PATH_SHARED, blocks=True),
     )
 }
 

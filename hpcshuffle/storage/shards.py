@@ -11,9 +11,10 @@ from hpcshuffle.plan import PlanSpec
 
 
 def shard_samples(config: RunConfig, catalog: Catalog) -> int:
-    """The plan's G: samples per shard with shuffle.unit=shard (the packed dataset's), else 1."""
+    """The plan's G: samples per shard with shuffle.unit=shard (the packed dataset's), shuffle.block for a
+    strategy that reads blocks of consecutive ids (CorgiPile) from a dataset of single samples, else 1."""
     if config.shuffle.unit != "shard":
-        return 1
+        return config.shuffle.block if config.strategy.blocks else 1
     if not isinstance(catalog, ShardedCatalog):
         raise ConfigError(
             f"shuffle.unit=shard moves whole shards, but dataset.format={config.dataset.format} keeps one record "

@@ -87,6 +87,20 @@ def test_global_shuffling_reads_shared_storage_only(trained, cache):
     assert json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])["shuffle"] == "global"
 
 
+def test_corgipile_trains_its_block_stream_from_shared_storage(trained):
+    """CorgiPile through the whole loop: the ranks train the planned buffered stream of 10-sample blocks,
+    every sample once an epoch (the padding aside), all of it read from shared storage."""
+    root = trained(2, "shuffle=corgipile", "shuffle.block=10", "shuffle.buffer=20", "audit=true",
+                   f"epochs={SHORT_EPOCHS}")
+    spec = PlanSpec(SMALL_SAMPLES, 2, BATCH, 1.0, 0, shard_samples=10, shuffle_buffer=20)
+    plans = list(plan_epochs(spec, "corgipile", SHORT_EPOCHS))
+    for epoch, rows in audit_by_epoch(root / "run").items():
+        assert [row["trained"] for row in rows] == [order.tolist() for order in plans[epoch].order]
+        assert set(i for row in rows for i in row["trained"]) == set(range(SMALL_SAMPLES))
+    for record in read_jsonl(root / "run" / "metrics.jsonl"):
+        assert (record["shuffle"], record["samples"]["read_shared"]) == ("corgipile", 2 * spec.max_share)
+
+
 @pytest.mark.parametrize("partition", ["random", "contiguous"])
 def test_local_shuffling_keeps_its_partition(trained, partition):
     run_dir = trained(4, "shuffle=local", "audit=true", f"epochs={SHORT_EPOCHS}", f"storage.partition={partition}")
