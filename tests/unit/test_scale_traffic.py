@@ -186,7 +186,7 @@ def test_epoch_traffic_is_traffic_of_the_epochs_plan():
 
 
 def test_unknown_shuffle_is_refused():
-    with pytest.raises(ValueError, match=r"unknown shuffle 'random'; choose one of \['global', 'local'"):
+    with pytest.raises(ValueError, match=r"unknown shuffle 'random'; choose one of \['corgipile', 'global', 'local'"):
         epoch_traffic(PlanSpec(100, 4, 5), "random")
 
 
