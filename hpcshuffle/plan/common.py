@@ -338,6 +338,18 @@ def node_union(spec: PlanSpec, held: list[np.ndarray], node: int) -> np.ndarray:
     return np.sort(np.concatenate([held[rank] for rank in spec.node_ranks(node)]))
 
 
+def dealt_from_shared(spec: PlanSpec, epoch: int, stream: np.ndarray) -> EpochPlan:
+    """The plan of a strategy that reads every sample from shared storage: `stream` (every id once),
+    padded to M·⌈N/M⌉ like DistributedSampler, dealt to the ranks in contiguous runs; nothing held."""
+    return EpochPlan(
+        spec=spec,
+        epoch=epoch,
+        held=[np.empty(0, dtype=np.int64) for _ in range(spec.num_ranks)],
+        order=list(pad_to(stream, spec.num_ranks * spec.max_share).reshape(spec.num_ranks, spec.max_share)),
+        reads_shared=[spec.max_share] * spec.num_ranks,
+    )
+
+
 def pad_to(ids: np.ndarray, length: int) -> np.ndarray:
     """Repeat the first ids so that every rank runs the same number of iterations.
 

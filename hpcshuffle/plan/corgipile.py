@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcshuffle.plan.common import STREAM_ORDER, EpochPlan, PlanSpec, epoch_rng, pad_to
+from hpcshuffle.plan.common import (
+    STREAM_ORDER,
+    EpochPlan,
+    PlanSpec,
+    dealt_from_shared,
+    epoch_rng,
+)
 
 BUFFER_BLOCKS = 10  # the buffer when shuffle.buffer is 0, in blocks
 
@@ -33,13 +39,5 @@ def plan_corgipile(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochP
     """Deal the epoch's buffered block stream in contiguous runs; nothing is held locally (`held` is
     ignored and reported empty)."""
     del held
-    stream = block_stream(spec.num_samples, spec.shard_samples, spec.shuffle_buffer,
-                          epoch_rng(spec.seed, epoch, STREAM_ORDER))
-    order = list(pad_to(stream, spec.num_ranks * spec.max_share).reshape(spec.num_ranks, spec.max_share))
-    return EpochPlan(
-        spec=spec,
-        epoch=epoch,
-        held=[np.empty(0, dtype=np.int64) for _ in range(spec.num_ranks)],
-        order=order,
-        reads_shared=[spec.max_share] * spec.num_ranks,
-    )
+    return dealt_from_shared(spec, epoch, block_stream(spec.num_samples, spec.shard_samples, spec.shuffle_buffer,
+                                                       epoch_rng(spec.seed, epoch, STREAM_ORDER)))

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from hpcshuffle.plan.common import STREAM_ORDER, EpochPlan, PlanSpec, epoch_rng, pad_to
+from hpcshuffle.plan.common import (
+    STREAM_ORDER,
+    EpochPlan,
+    PlanSpec,
+    dealt_from_shared,
+    epoch_rng,
+)
 
 
 def plan_global(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochPlan:
@@ -14,13 +20,4 @@ def plan_global(spec: PlanSpec, held: list[np.ndarray], epoch: int) -> EpochPlan
     on is read from shared storage.
     """
     del held
-    permutation = epoch_rng(spec.seed, epoch, STREAM_ORDER).permutation(spec.num_samples)
-    padded = pad_to(permutation, spec.num_ranks * spec.max_share)
-    order = list(padded.reshape(spec.num_ranks, spec.max_share))
-    return EpochPlan(
-        spec=spec,
-        epoch=epoch,
-        held=[np.empty(0, dtype=np.int64) for _ in range(spec.num_ranks)],
-        order=order,
-        reads_shared=[spec.max_share] * spec.num_ranks,
-    )
+    return dealt_from_shared(spec, epoch, epoch_rng(spec.seed, epoch, STREAM_ORDER).permutation(spec.num_samples))
