@@ -2,7 +2,7 @@
 
 Run by `benchmarks/gpu_check.sh` (which installs what the lent machine lacks); on its own:
 
-    python benchmarks/gpu_check.py --out DIR                 # on a GPU, about 4-5 minutes
+    python benchmarks/gpu_check.py --out DIR                 # on a GPU, sized to ~5 minutes (not yet run on one)
     python benchmarks/gpu_check.py --out DIR --cpu-dry-run   # the same steps at toy sizes on the CPU
 
 Steps, each timed and printed as it ends:

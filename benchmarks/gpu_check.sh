@@ -3,7 +3,7 @@
 # GPU JPEG decoding feed, with LS from a staged store and GS from a directory, audited.
 #
 #   bash benchmarks/gpu_check.sh --prepare       # here, once: the wheels the lent machine lacks, into .gpu_wheels/
-#   bash benchmarks/gpu_check.sh                 # on the GPU machine (the device tool, carry .gpu_wheels): ~5 min
+#   bash benchmarks/gpu_check.sh                 # on the GPU machine (the device tool, carry .gpu_wheels): sized to ~5 min (not yet run)
 #   bash benchmarks/gpu_check.sh --cpu-dry-run   # the same steps at toy sizes on the CPU (a test runs it)
 #
 # Writes gpu.json and the runs' logs under $OUT (the device tool's folder), or
