@@ -39,6 +39,7 @@ def interval95(values: list[float], what: str) -> tuple[float, float, float]:
 
 REACH_LEVEL = 0.90  # the paired gap's interval the rule reads: its lower end is a one-sided 95 % bound
 EQUIVALENCE_MARGIN = 1.0  # δ, points: how far below GS a candidate may be and still reach it
+REACH_RULE = f"paired gap's {REACH_LEVEL * 100:.0f} % interval ends above -{EQUIVALENCE_MARGIN:g}"  # as tables say it
 
 
 def paired_gap(scores: dict[int, float], reference: dict[int, float], what: str,

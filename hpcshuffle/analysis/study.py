@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from hpcshuffle.analysis.intervals import (
     EQUIVALENCE_MARGIN,
     REACH_LEVEL,
+    REACH_RULE,
     interval95,
     paired_gap,
     pearson,
@@ -166,7 +167,6 @@ def correlation(pairs: list[tuple[float, float, str, str]]) -> dict:
                           for family in sorted({f for _, _, _, f in pairs})}}
 
 
-REACH_RULE = f"paired gap's {REACH_LEVEL * 100:.0f} % interval ends above -{EQUIVALENCE_MARGIN:g}"
 MEASURES = {"mixing": "final mixing quality", "label_skew": "final label skew",
             "label_skew_early": "label skew over the first quarter of the epochs"}
 

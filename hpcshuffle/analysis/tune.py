@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from hpcshuffle.analysis.intervals import (
     EQUIVALENCE_MARGIN,
     REACH_LEVEL,
+    REACH_RULE,
     interval95,
     paired_gap,
     reaches_global,
@@ -273,11 +274,10 @@ def recommendation_line(group: GroupResult, tolerance: float) -> str:
 
 def reach_line(group: GroupResult) -> str:
     """The paired rule's answer: printed where every point of the group has 2 or more seeds."""
-    rule = f"paired gap's {REACH_LEVEL * 100:.0f} % interval ends above -{EQUIVALENCE_MARGIN:g}"
     if group.reach_q is None:
-        return f"workers {group.workers}: no q reaches global ({rule}): {group.reach_reason}"
+        return f"workers {group.workers}: no q reaches global ({REACH_RULE}): {group.reach_reason}"
     mean, low, high, seeds = group.reach_gap
-    return (f"workers {group.workers}: smallest q reaching global ({rule}): q={group.reach_q:g}, "
+    return (f"workers {group.workers}: smallest q reaching global ({REACH_RULE}): q={group.reach_q:g}, "
             f"gap {mean:+.2f} [{low:+.2f}, {high:+.2f}] over {seeds} seeds")
 
 

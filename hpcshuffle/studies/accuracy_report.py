@@ -10,12 +10,13 @@ from pathlib import Path
 
 from hpcshuffle.analysis.intervals import (
     REACH_LEVEL,
+    REACH_RULE,
     interval95,
     paired_gap,
     reaches_global,
 )
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
-from hpcshuffle.analysis.study import REACH_RULE, points, quality_vs_gap, summary
+from hpcshuffle.analysis.study import points, quality_vs_gap, summary
 from hpcshuffle.plan import with_role
 from hpcshuffle.studies.accuracy_runs import label, runs_dir, strategy_of
 from hpcshuffle.studies.runs import records
