@@ -106,7 +106,7 @@ def crop_batch(images: Sequence[torch.Tensor], crops: torch.Tensor, size: tuple[
         out[indices] = roi_align(stack, rois.to(device=device, dtype=torch.float32), out_size,
                                  spatial_scale=1.0, sampling_ratio=0, aligned=True)
     flips = crops[:, 4].bool().to(device)
-    out = torch.where(flips[:, None, None, None], out.flip(-1), out)
+    out[flips] = out[flips].flip(-1)  # only the flipped rows are copied
     # in the CPU path's order of operations (ToDtype's scale, then Normalize), to its last bit
     out = out.mul_(1.0 / 255)
     return out.sub_(torch.tensor(mean, device=device).view(1, 3, 1, 1)).div_(torch.tensor(std, device=device).view(1, 3, 1, 1))
