@@ -62,11 +62,11 @@ class ShuffleConfig:
                 f"shuffle.unit=shard and shuffle.buffer shape the partition and the order a node reads its "
                 f"own samples in, but shuffle={self.name} trains on global batches: use shuffle=local or partial"
             )
-        blocked = [name for name, strategy in STRATEGIES.items() if strategy.blocks]
         if self.strategy.blocks and self.unit != "shard":
             at_least("shuffle.block", self.block, 1, f"samples (shuffle={self.name} reads blocks of them)",
                      error=ConfigError)
         elif self.block and not self.strategy.blocks:
+            blocked = [name for name, strategy in STRATEGIES.items() if strategy.blocks]
             raise ConfigError(f"shuffle.block only applies to shuffle={' or '.join(blocked)}, which reads blocks; "
                               f"shuffle={self.name} does not: drop shuffle.block")
         if not 0.0 <= self.q <= 1.0:

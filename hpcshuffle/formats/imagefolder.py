@@ -35,6 +35,8 @@ IMAGE_SUFFIXES = {".jpg", ".jpeg", ".png"}
 SPLITS = ("train", "val")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
+# what PIL raises for bytes that are not an image it can read (the CPU path and `encoded` alike)
+UNREADABLE = (OSError, ValueError, SyntaxError, Image.DecompressionBombError)
 
 
 def scan(root: str | Path, split: str, classes: tuple[str, ...] | None = None) -> Catalog:
@@ -136,7 +138,7 @@ class ImageFolderCodec:
         try:
             with Image.open(io.BytesIO(data)) as image:
                 image = image.convert("RGB")  # decodes the whole image: truncation shows here
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        except UNREADABLE as err:
             raise SampleError(f"not a readable JPEG/PNG image ({len(data)} bytes): {err}") from None
         if not train:
             return self.eval_transform(image), label
@@ -158,7 +160,7 @@ class ImageFolderCodec:
         try:
             with Image.open(io.BytesIO(data)) as image:
                 kind, (width, height) = image.format, image.size
-        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as err:
+        except UNREADABLE as err:
             raise SampleError(f"not a readable JPEG image ({len(data)} bytes): {err}") from None
         if kind != "JPEG":
             raise SampleError(f"a {kind} image, but loader.decode=gpu decodes JPEG only; use loader.decode=cpu")
