@@ -40,9 +40,7 @@ def envelope(platform: Platform, scenario: Scenario) -> dict:
     sets the epoch besides the allreduce."""
     spec = scenario.spec(platform)
     model, dataset = platform.model(scenario.model), platform.dataset(scenario.dataset)
-    workers, samples = scenario.workers, spec.num_samples
-    per_rank = -(-samples // workers)
-    iterations = -(-per_rank // scenario.batch_size)
+    workers, samples, per_rank, iterations = spec.num_ranks, spec.num_samples, spec.max_share, spec.iterations
     cores = cores_per_rank(platform, workers)
     loader, shared, local = platform.loader, platform.shared, platform.local
     fwbw = per_rank * model.fwbw_per_sample / (min(1.0, cores) if platform.accelerators_per_node == 0 else 1.0)
