@@ -15,7 +15,8 @@ count, as a user would pass it to `hpcshuffle scale --platform`), `predicted.jso
 (per cell the simulated epoch at every repeat and two intervals, median [p10, p90]: over the repeats,
 and with the model's out-of-sample errors of an earlier comparison, --past). `measure` writes
 `measured.json` and the runs under `runs/N<nodes>x1/<strategy>/r<repeat>/` (complete runs are
-reused); `compare` writes `compare.txt`, which experiments/scale_validation.py puts into
+reused); `compare` writes `compare.json` (the model and the back-of-envelope scored on the same cells:
+median absolute error, coverage of the 80 % interval, interval score) and `compare.txt`, which experiments/scale_validation.py puts into
 results/reference/scale/validation.txt. The predictions use the probes (and --past's errors) only:
 no run they are compared with is fitted. Run `measure` while nothing else runs: the nodes share the
 machine's cores.
@@ -34,12 +35,15 @@ from hpcshuffle.studies.cluster import connect, snapshot
 from hpcshuffle.studies.cluster_runs import STRATEGIES, ensure_dataset
 from hpcshuffle.studies.probe_predict import (
     comparison_text,
+    envelope_cells,
     measure_all,
     model_errors,
     predict,
     prediction_text,
     probe_once,
     repeat_text,
+    scores,
+    scores_text,
 )
 from hpcshuffle.studies.runs import REPO
 
@@ -99,7 +103,21 @@ def main() -> None:
     if args.step == "compare":
         predicted = json.loads((args.out / "predicted.json").read_text())
         measured = json.loads((args.out / "measured.json").read_text())
-        text = comparison_text(str(args.out.relative_to(REPO)), predicted, measured)
+        envelope_from = "predicted.json, committed with the model's predictions"
+        if any("envelope" not in cell for cell in predicted["cells"]):  # a round predicted before the envelope
+            probed = json.loads((args.out / "probes.json").read_text())
+            envelopes = envelope_cells(probed["cluster"], probed["probes"], tuple(probed["dataset"]),
+                                       probed["nodes"], STRATEGIES)
+            for cell in predicted["cells"]:
+                cell["envelope"] = envelopes[(cell["nodes"], cell["run"])]
+            envelope_from = (f"computed {time.strftime('%Y-%m-%d', time.gmtime())} from probes.json, after the runs "
+                             "(the round predates the envelope; it has no knob a run could have set)")
+        found = scores(predicted["cells"], measured["runs"])
+        document = {"predicted": predicted["written"], "measured": measured["written"], "envelope_from": envelope_from,
+                    **found}
+        (args.out / "compare.json").write_text(json.dumps(document, indent=1) + "\n")
+        text = comparison_text(str(args.out.relative_to(REPO)), predicted, measured) + "\n" + scores_text(found) + \
+            f"\nthe envelope: {envelope_from}\n"
         (args.out / "compare.txt").write_text(text)
         print(text, end="")
         return

@@ -31,6 +31,7 @@ import yaml
 
 from hpcshuffle.plan.strategies import get_strategy
 from hpcshuffle.scale.engine import simulate
+from hpcshuffle.scale.envelope import envelope
 from hpcshuffle.scale.platform_yaml import platform_from_dict
 from hpcshuffle.scale.recommend import simulate_each
 from hpcshuffle.scale.scenario import Scenario
@@ -102,26 +103,46 @@ def model_errors(measured_runs: list[dict], simulated_runs: list[dict]) -> list[
             if (key := (row["workers"], row["shuffle"], row["q"])) in simulated]
 
 
+def repeat_platforms(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int]):
+    """(repeat, nodes, platform) for every probe repeat and node count to predict (`repeat_text`)."""
+    for repeat, measured in enumerate(probes):
+        for nodes in node_counts:
+            yield repeat, nodes, platform_from_dict(yaml.safe_load(repeat_text(settings, measured, dataset, nodes)),
+                                                    f"probe repeat {repeat}, {nodes} readers")
+
+
+def envelope_cells(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int],
+                   labels: list[str]) -> dict[tuple[int, str], dict]:
+    """Per (nodes, label): the back-of-envelope epoch (scale/envelope.py) of every probe repeat's platform,
+    as a median and p10-p90 over the repeats, the interval built as the model's is. It is arithmetic on the
+    probe alone: no knob, no draw, nothing fitted to a run."""
+    epochs: dict[tuple[int, str], list[float]] = {}
+    for _, nodes, platform in repeat_platforms(settings, probes, dataset, node_counts):
+        for label in labels:
+            epochs.setdefault((nodes, label), []).append(
+                envelope(platform, scenario_of(label, nodes, dataset[0], 0))["epoch_s"])
+    return {cell: Spread.of(values).as_dict() for cell, values in epochs.items()}
+
+
 def predict(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int], labels: list[str],
             progress: Callable[[str], None], jobs: int = 2, errors: list[float] | None = None) -> list[dict]:
     """Per (nodes, label): the simulated epoch at every probe repeat (seed = the repeat's number), and
     their median, p10 and p90 ("epoch_s"); with `errors` (`model_errors`), also the spread of every
     repeat's epoch times every error ("with_model_error")."""
     runs, cells = [], []
-    for repeat, measured in enumerate(probes):
-        for nodes in node_counts:
-            platform = platform_from_dict(yaml.safe_load(repeat_text(settings, measured, dataset, nodes)),
-                                          f"probe repeat {repeat}, {nodes} readers")
-            for label in labels:
-                runs.append((f"probe {repeat}", platform, scenario_of(label, nodes, dataset[0], repeat)))
-                cells.append((nodes, label))
+    for repeat, nodes, platform in repeat_platforms(settings, probes, dataset, node_counts):
+        for label in labels:
+            runs.append((f"probe {repeat}", platform, scenario_of(label, nodes, dataset[0], repeat)))
+            cells.append((nodes, label))
     per_cell: dict[tuple[int, str], list[dict]] = {cell: [] for cell in cells}
     for cell, result in zip(cells, simulate_each(runs, progress, jobs, simulate)):
         per_cell[cell].append({"epoch_s": result.epoch_s, **{f"{phase}_s": s for phase, s in result.phases().items()}})
+    envelopes = envelope_cells(settings, probes, dataset, node_counts, labels)
     cells_out = []
     for (nodes, label), each in per_cell.items():
         epochs = [r["epoch_s"] for r in each]
-        cell = {"nodes": nodes, "run": label, "epoch_s": Spread.of(epochs).as_dict(), "repeats": each}
+        cell = {"nodes": nodes, "run": label, "epoch_s": Spread.of(epochs).as_dict(), "repeats": each,
+                "envelope": envelopes[(nodes, label)]}
         if errors:
             cell["with_model_error"] = Spread.of([epoch * error for epoch in epochs for error in errors]).as_dict()
         cells_out.append(cell)
@@ -163,6 +184,65 @@ def comparison(predicted: list[dict], measured: list[dict], interval: str) -> tu
                      f" {median / spread['median'] - 1:>+6.0%}  {'yes' if hit else 'NO'}")
     lines.append(f"{inside} of {cells} cells have the measured median inside the predicted 10-90 % range")
     return "\n".join(lines), inside, cells
+
+
+ALPHA = 0.2  # the 80 % interval, p10 to p90
+FORECASTS = {"model": "epoch_s", "envelope": "envelope"}  # what is scored: each cell's key in predicted.json
+
+
+def interval_score(low: float, high: float, outcome: float, alpha: float = ALPHA) -> float:
+    """Gneiting & Raftery's (2007, Sec. 6.2) score of the central (1 − alpha) interval [low, high] at the
+    outcome: its width, plus 2/alpha times how far the outcome falls outside it. Lower is better; a narrow
+    interval that misses pays more than a wide one that covers."""
+    return (high - low) + 2 / alpha * max(low - outcome, 0.0) + 2 / alpha * max(outcome - high, 0.0)
+
+
+def scores(cells: list[dict], runs: list[dict]) -> dict:
+    """The model and the envelope scored on the same measured cells: per cell the measured median and each
+    forecast's median, 80 % interval, relative error, whether the interval covers the measured median and
+    its interval score; overall, per forecast, the median absolute relative error, the coverage (cells
+    covered / cells) and the mean interval score (seconds). A cell is scored where it was measured."""
+    scored = []
+    for cell in cells:
+        epochs = [row["epoch_s"] for row in runs if (row["nodes"], row["run"]) == (cell["nodes"], cell["run"])]
+        if not epochs:
+            continue
+        measured = statistics.median(epochs)
+        row = {"nodes": cell["nodes"], "run": cell["run"], "measured_median": measured, "n": len(epochs)}
+        for name, key in FORECASTS.items():
+            spread = cell[key]
+            row[name] = {**spread, "error": spread["median"] / measured - 1,
+                         "covered": spread["p10"] <= measured <= spread["p90"],
+                         "interval_score": interval_score(spread["p10"], spread["p90"], measured)}
+        scored.append(row)
+    overall = {"cells": len(scored)}
+    for name in FORECASTS:
+        overall[f"{name}_median_abs_err"] = statistics.median(abs(row[name]["error"]) for row in scored)
+        overall[f"{name}_coverage80"] = sum(row[name]["covered"] for row in scored) / len(scored)
+        overall[f"{name}_interval_score"] = statistics.fmean(row[name]["interval_score"] for row in scored)
+    return {**overall, "per_cell": scored}
+
+
+def scores_text(found: dict) -> str:
+    """`scores` as compare.txt's last table."""
+    lines = ["the model beside the back-of-envelope (scale/envelope.py) on the same cells, 80 % intervals "
+             "(p10-p90 over the probe repeats)",
+             f"{'nodes':>5} {'run':<12} {'measured':>9} {'model [p10, p90]':>26} {'err':>6} {'IS':>6} "
+             f"{'envelope [p10, p90]':>26} {'err':>6} {'IS':>6}"]
+    for row in found["per_cell"]:
+        line = f"{row['nodes']:>5} {row['run']:<12} {row['measured_median']:>9.2f}"
+        for name in FORECASTS:
+            f = row[name]
+            miss = " " if f["covered"] else "*"
+            line += (f" {f['median']:>9.2f} [{f['p10']:6.2f}, {f['p90']:6.2f}]{miss}"
+                     f" {f['error']:>+6.0%} {f['interval_score']:>6.2f}")
+        lines.append(line)
+    lines.append("err: predicted over measured, − 1; * the interval misses the measured median; IS: the interval score, seconds (lower is better)")
+    for name in FORECASTS:
+        lines.append(f"{name:<9} median |error| {found[f'{name}_median_abs_err']:.1%}, coverage "
+                     f"{found[f'{name}_coverage80']:.0%} of {found['cells']} cells, mean interval score "
+                     f"{found[f'{name}_interval_score']:.2f} s")
+    return "\n".join(lines)
 
 
 def prediction_text(written: str, past: str, cells: list[dict]) -> str:

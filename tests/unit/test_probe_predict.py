@@ -11,10 +11,12 @@ import yaml
 from hpcshuffle.scale.platform_yaml import platform_from_dict
 from hpcshuffle.studies.probe_predict import (
     comparison,
+    interval_score,
     model_errors,
     predict,
     repeat_text,
     scenario_of,
+    scores,
 )
 from tests.unit.test_cluster_scaling import MEASURED
 
@@ -61,6 +63,10 @@ def test_the_predicted_interval_spans_the_probe_repeats():
     assert spread["median"] == pytest.approx(epochs[1]) and spread["p10"] < spread["median"] < spread["p90"]
     pooled = sorted(epoch * error for epoch in epochs for error in errors)  # 6 values: p90 between the top two
     assert wider["p10"] < spread["p10"] and wider["p90"] == pytest.approx(pooled[4] + 0.5 * (pooled[5] - pooled[4]))
+    # the envelope beside it, over the same repeats: arithmetic on each repeat's platform, so it grows with
+    # the loading cost too, and has no draw to spread it otherwise
+    envelope = cell["envelope"]
+    assert envelope["p10"] < envelope["median"] < envelope["p90"]
 
 
 def test_the_comparison_counts_measured_medians_inside_the_predicted_range():
@@ -73,3 +79,28 @@ def test_the_comparison_counts_measured_medians_inside_the_predicted_range():
     assert (inside, cells) == (1, 2)
     assert "10.50 (8.00-30.00, 3)" in table and "+25%  NO" in table
     assert table.endswith("1 of 2 cells have the measured median inside the predicted 10-90 % range")
+
+
+def test_the_interval_score_is_the_width_plus_twenty_over_alpha_times_the_miss():
+    assert interval_score(9.0, 11.0, 10.0) == pytest.approx(2.0)  # covered: the width alone
+    assert interval_score(9.0, 11.0, 12.0) == pytest.approx(2.0 + 10 * 1.0)  # 2/alpha = 10 at alpha = 0.2
+    assert interval_score(9.0, 11.0, 8.5) == pytest.approx(2.0 + 10 * 0.5)
+    assert interval_score(9.0, 11.0, 8.5, alpha=0.5) == pytest.approx(2.0 + 4 * 0.5)
+
+
+def test_the_model_and_the_envelope_are_scored_on_the_same_measured_cells():
+    cells = [{"nodes": 2, "run": "global", "epoch_s": {"median": 10.0, "p10": 9.0, "p90": 11.0},
+              "envelope": {"median": 8.0, "p10": 8.0, "p90": 8.0}},
+             {"nodes": 2, "run": "local", "epoch_s": {"median": 4.0, "p10": 3.8, "p90": 4.2},
+              "envelope": {"median": 5.0, "p10": 4.0, "p90": 6.0}},
+             {"nodes": 3, "run": "local", "epoch_s": {"median": 1.0, "p10": 1.0, "p90": 1.0},
+              "envelope": {"median": 1.0, "p10": 1.0, "p90": 1.0}}]  # not measured: not scored
+    runs = [{"nodes": 2, "run": "global", "epoch_s": s} for s in (9.0, 10.0, 30.0)]
+    runs += [{"nodes": 2, "run": "local", "epoch_s": s} for s in (5.0, 5.0, 4.0)]
+    found = scores(cells, runs)
+    assert found["cells"] == 2 and [row["measured_median"] for row in found["per_cell"]] == [10.0, 5.0]
+    assert found["model_median_abs_err"] == pytest.approx((0.0 + 0.2) / 2)  # 10 vs 10, 4 vs 5
+    assert found["envelope_median_abs_err"] == pytest.approx((0.2 + 0.0) / 2)
+    assert found["model_coverage80"] == 0.5 and found["envelope_coverage80"] == 0.5
+    assert found["model_interval_score"] == pytest.approx((2.0 + (0.4 + 10 * 0.8)) / 2)
+    assert found["envelope_interval_score"] == pytest.approx((10 * 2.0 + 2.0) / 2)
