@@ -37,16 +37,17 @@ check: $(STAMP) simgrid
 	$(BIN)/lint-imports
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -x tests/unit
 
-# -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so
+# -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so;
+# the 15 slowest tests and the time by tier (tests/conftest.py) close the report
 test: $(STAMP) simgrid
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs tests
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs --durations=15 tests
 
 # the suite as a slower machine runs it: a CPU hog busy on core 0 the whole time (stopped by its PID at the
 # end, pass or fail); the tests' deadlines scale by the slowdown they measure at the start (docs/testing.md)
 test-stress: $(STAMP) simgrid
 	@taskset -c 0 $(BIN)/python -c "while True: pass" & hog=$$!; \
 	echo "CPU hog on core 0: pid $$hog"; \
-	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs tests; status=$$?; \
+	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs --durations=15 tests; status=$$?; \
 	kill $$hog; exit $$status
 
 clean:

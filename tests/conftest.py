@@ -75,6 +75,22 @@ def pytest_report_header(config) -> str:
     return f"{SLOWDOWN_ENV}={os.environ[SLOWDOWN_ENV]} (deadlines of waits are scaled by it)"
 
 
+TIER_SECONDS: dict[str, float] = {}  # setup + call + teardown of every test, by its directory under tests/
+
+
+def pytest_runtest_logreport(report) -> None:
+    tier = report.nodeid.split("/")[1] if report.nodeid.startswith("tests/") else "other"
+    TIER_SECONDS[tier] = TIER_SECONDS.get(tier, 0.0) + report.duration
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """Where the session's time went, by tier (docs/testing.md keeps the suite's budget by these)."""
+    if TIER_SECONDS:
+        spent = sorted(TIER_SECONDS.items(), key=lambda item: -item[1])
+        terminalreporter.write_line("time by tier (setup + call + teardown): "
+                                    + ", ".join(f"{tier} {seconds:.0f} s" for tier, seconds in spent))
+
+
 def mpi_env() -> dict[str, str]:
     env = dict(os.environ)
     # mpiexec comes with the `mpich` wheel, next to this interpreter
