@@ -167,8 +167,11 @@ class Trainer:
                 row.lr = learning_rate(self.config.optim, self.global_batch, plan.epoch * self.spec.iterations + step,
                                        self.spec.iterations, self.config.epochs)
                 learner.set_learning_rate(row.lr)
+                waited = row.seconds["io"]
                 with row.phase("io"):
                     images, labels, sample_ids, skipped = next(batches)
+                if step == 0:
+                    row.first_io = row.seconds["io"] - waited
                 sample_ids = sample_ids.tolist()
                 self.data.before_step(step, row, sample_ids)
                 with row.phase("fwbw", learner.sync):

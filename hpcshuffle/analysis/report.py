@@ -15,8 +15,10 @@ from hpcshuffle.files import read_jsonl
 from hpcshuffle.plan import run_label as strategy_label
 from hpcshuffle.plan import with_role
 from hpcshuffle.training.metrics import (
+    AU_THRESHOLDS,
     PHASES,
     record_util,
+    run_au,
     validation_score,
 )
 
@@ -54,6 +56,7 @@ def run_summary(run_dir: Path, skip_first: bool) -> dict:
         "workers": last["workers"],
         "epochs": len(records),
         "val": validation_score(last),
+        "au": run_au(records),
         **steady_means(records, skip_first),
     }
 
@@ -73,16 +76,23 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
         + ("epochs after the first" if skip_first else "all epochs")
         + "; util: (fwbw + allreduce) / epoch, mean over ranks (ranks: least-most utilised rank)",
         f"{'shuffle':>8} {'q':>5} {'M':>3} {'io':>7} {'exchange':>8} {'fwbw':>7} {'allreduce':>9} "
-        f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val':>8} {'util':>5} {'ranks':>8}",
+        f"{'epoch':>7} {'vs LS':>6} {'sent':>7} {'shared':>7} {'val':>8} {'util':>5} {'ranks':>8} {'AU':>4}",
     ]
     for r in rows:
         ratio = f"{r['epoch'] / baseline[0]:.2f}" if baseline else "-"
+        au = "-" if r["au"] is None else f"{r['au']:.0%}"
         lines.append(
             f"{r['shuffle']:>8} {r['q']:>5.2f} {r['workers']:>3} {r['io']:>7.2f} {r['exchange']:>8.2f} "
             f"{r['fwbw']:>7.2f} {r['allreduce']:>9.2f} {r['epoch']:>7.2f} {ratio:>6} {r['sent']:>7.0f} "
-            f"{r['read_shared']:>7.0f} {r['val']:>8.2f} {r['util']:>5.0%} {util_range(r):>8}"
+            f"{r['read_shared']:>7.0f} {r['val']:>8.2f} {r['util']:>5.0%} {util_range(r):>8} {au:>4}"
         )
-    return "\n".join(lines)
+    return "\n".join(lines + [AU_LEGEND])
+
+
+AU_LEGEND = ("AU: MLPerf Storage's accelerator utilisation, FW+BW over the run's wall time less its first step's "
+             "I/O, every epoch; a run qualifies at "
+             + ", ".join(f"{value:.0%} ({model})" for model, value in AU_THRESHOLDS.items())
+             + "; a reading order of its own (LS, PLS) belongs in its open division")
 
 
 def util_range(means: dict) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 
 from hpcshuffle.cli import scale_sensitivity
@@ -144,10 +145,10 @@ def results_table(platform: Platform, args: argparse.Namespace, runs: list[SeedR
     epoch_width, ratio_width = (27, 20) if many else (9, 6)
     lines = [
         f"platform {platform.name}: {args.model} on {args.dataset}, b={args.batch} per rank; seconds per epoch "
-        f"(epoch: slowest rank; phases: mean over ranks); env: the back-of-envelope's epoch, no simulation "
-        f"(docs/scale.md){over}",
+        f"(epoch: slowest rank; phases: mean over ranks); AU: fwbw / epoch (MLPerf Storage's accelerator "
+        f"utilisation); env: the back-of-envelope's epoch, no simulation (docs/scale.md){over}",
         f"{'workers':>7} {'run':<17} {'iters':>6} {'epoch':>{epoch_width}} " + " ".join(f"{p:>9}" for p in PHASES)
-        + f" {'env':>9} {'model/env':>9} {'vs LS':>{ratio_width}}" + (f" {'seeds':>5}" if many else "")
+        + f" {'AU':>4} {'env':>9} {'model/env':>9} {'vs LS':>{ratio_width}}" + (f" {'seeds':>5}" if many else "")
         + f" {'sim wall':>9}",
     ]
     for run in runs:
@@ -156,8 +157,9 @@ def results_table(platform: Platform, args: argparse.Namespace, runs: list[SeedR
         phases = " ".join(f"{run.spread(f'{phase}_s').median:>9.2f}" for phase in PHASES)
         epoch = cell(run.spread("epoch_s"))
         rough = envelope(platform, run.scenario)["epoch_s"]
+        au = statistics.median(result.au for result in run.results)
         lines.append(f"{first.workers:>7} {first.label:<17} {first.iterations:>6} {epoch:>{epoch_width}} {phases} "
-                     f"{rough:>9.2f} {run.spread('epoch_s').median / rough:>9.2f} {ratio:>{ratio_width}}"
+                     f"{au:>4.0%} {rough:>9.2f} {run.spread('epoch_s').median / rough:>9.2f} {ratio:>{ratio_width}}"
                      + (f" {len(run.results):>5}" if many else "")
                      + f" {sum(r.wall_s for r in run.results):>8.1f}s")
     once = [run.first.label for run in runs if run.deterministic]

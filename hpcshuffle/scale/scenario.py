@@ -87,6 +87,12 @@ class Result:
         """Seconds per phase (io, exchange, fwbw, allreduce)."""
         return {phase: getattr(self, f"{phase}_s") for phase in PHASES}
 
+    @property
+    def au(self) -> float:
+        """MLPerf Storage's accelerator utilisation of the epoch: FW+BW over the epoch (a simulated epoch
+        has no first step to leave out; `hpcshuffle report`'s AU does)."""
+        return self.fwbw_s / self.epoch_s if self.epoch_s > 0 else 0.0
+
 
 def check_scenario(platform: Platform, scenario: Scenario) -> None:
     """Raise what `simulate` would refuse `scenario` for (capacity, model, dataset, the plan's shape)."""
@@ -100,4 +106,5 @@ def result_row(result: Result) -> dict:
     row = asdict(result)
     row.pop("wall_s")
     row.pop("iterations")
+    row["au"] = result.au
     return row

@@ -3,7 +3,8 @@
 Phases follow Fig. 10 of Nguyen et al.: `io` (waiting for the next batch), `exchange` (sample
 exchange calls outside overlap, plus the final synchronize), `fwbw` (forward + backward),
 `allreduce` (gradient allreduce + weight update) and the whole `epoch`. Accelerator utilisation
-(`util`) is DLIO's: compute time (fwbw + allreduce) over the epoch's wall time.
+(`util`) is DLIO's: compute time (fwbw + allreduce) over the epoch's wall time. `run_au` is MLPerf
+Storage's, for a whole run: FW+BW over the run's wall time less its first step's I/O.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class RankEpoch:
     step_losses: list[float | None] = field(default_factory=list)  # None: a step whose samples were all skipped
     iterations: int = 0
     lr: float = 0.0  # the learning rate of the last iteration
+    first_io: float = 0.0  # the io of the epoch's step 0: MLPerf Storage's AU leaves the run's first out
 
     @contextmanager
     def phase(self, name: str, sync=None) -> Iterator[None]:
@@ -56,6 +58,21 @@ def utilisation(seconds: dict[str, float]) -> float:
     return min((seconds["fwbw"] + seconds["allreduce"]) / seconds["epoch"], 1.0)
 
 
+AU_THRESHOLDS = {"resnet50": 0.90, "unet3d": 0.90, "cosmoflow": 0.70}  # MLPerf Storage v1.0: a run qualifies above
+
+
+def run_au(records: list[dict]) -> float | None:
+    """Accelerator utilisation as MLPerf Storage scores a run: what the accelerators computed (FW+BW, mean
+    over ranks) over the run's wall time (every epoch, mean over ranks) less its first step's I/O, a
+    fraction in [0, 1]. The allreduce is not compute here: much of it is waiting for the slowest rank.
+    None for runs recorded before `first_io`."""
+    if not records or "first_io" not in records[0]["time"]:
+        return None
+    compute = sum(record["time"]["fwbw"]["mean"] for record in records)
+    wall = sum(record["time"]["epoch"]["mean"] for record in records) - records[0]["time"]["first_io"]["mean"]
+    return min(compute / wall, 1.0) if wall > 0 else 0.0
+
+
 def record_util(record: dict) -> float:
     """The epoch's utilisation, mean over ranks; records written before `util` existed get the
     utilisation of the mean phase times instead."""
@@ -73,6 +90,7 @@ def reduce_epoch(rows: list[RankEpoch], step_loss: bool = False) -> dict:
     ranks; with `step_loss`, each step's loss averaged over the ranks that trained on something at
     that step."""
     time_stats = {phase: _spread([row.seconds[phase] for row in rows]) for phase in PHASES}
+    time_stats["first_io"] = _spread([row.first_io for row in rows])
     samples = {name: sum(row.samples[name] for row in rows) for name in COUNTERS}
     samples["store_peak_rank_max"] = max(row.samples["store_peak"] for row in rows)
     iterations = sum(row.iterations for row in rows)
@@ -136,6 +154,6 @@ def label_skew_text(record: dict) -> str:
 
 
 __all__ = [
-    "COUNTERS", "PHASES", "RankEpoch", "drop_epochs_from", "record_util", "reduce_epoch",
+    "AU_THRESHOLDS", "COUNTERS", "PHASES", "RankEpoch", "drop_epochs_from", "record_util", "reduce_epoch", "run_au",
     "table_row", "utilisation", "validation_score",
 ]

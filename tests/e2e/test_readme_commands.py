@@ -29,7 +29,7 @@ def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
     result = subprocess.run(["make", "demo"], cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     table = result.stdout.split("== breakdown (make demo) ==")[1]
-    rows = {line.split()[0]: line.split() for line in table.splitlines()[3:] if len(line.split()) == 14}
+    rows = {line.split()[0]: line.split() for line in table.splitlines()[3:] if len(line.split()) == 15}
     assert set(rows) == {"global", "local", "partial"}
     assert rows["local"][8] == "1.00"  # the "vs LS" column of LS itself
     for title in ("validation score per epoch", "shuffle quality per epoch"):  # each table once
@@ -47,6 +47,11 @@ def test_make_demo_runs_gs_ls_pls_and_prints_the_breakdown():
     else:
         assert "GS reads data/synthetic from this node's disk" in result.stdout or "GlusterFS at" in result.stdout
     assert all(0 < r["util"]["mean"] <= 1 for rs in runs.values() for r in rs)
+    # AU from the stored run, by hand: FW+BW over the wall time less the first step's I/O
+    for name, records in runs.items():
+        wall = sum(r["time"]["epoch"]["mean"] for r in records) - records[0]["time"]["first_io"]["mean"]
+        assert 0 < records[0]["time"]["first_io"]["mean"] < records[0]["time"]["io"]["mean"] + 1e-9
+        assert rows[name][14] == f"{sum(r['time']['fwbw']['mean'] for r in records) / wall:.0%}"
 
 
 def test_console_command_trains_from_any_directory(small_dataset, tmp_path):

@@ -138,10 +138,11 @@ def test_breakdown_shows_utilisation_with_its_rank_range_and_runs_without_util_s
     measured = write_run(tmp_path, "measured", [record(e, "partial", 0.3, 50.0, util=u) for e, u in enumerate(utils)])
     lines = breakdown_table([runs[1], measured]).splitlines()
     header = lines[1].split()
-    assert header[-2:] == ["util", "ranks"]
-    # written before util: (2.5 + 2.5) s of compute over the mean rank's 7.5 s epoch, no range over ranks
-    assert lines[2].split()[-2:] == ["67%", "-"]
-    assert lines[3].split()[-2:] == ["65%", "55-80%"]
+    assert header[-3:] == ["util", "ranks", "AU"]
+    # written before util: (2.5 + 2.5) s of compute over the mean rank's 7.5 s epoch, no range over ranks;
+    # and before first_io: no AU
+    assert lines[2].split()[-3:] == ["67%", "-", "-"]
+    assert lines[3].split()[-3:] == ["65%", "55-80%", "-"]
     rows = {row["run"]: row for row in collect([runs[1], measured])}
     assert (rows["ls"]["util"], rows["measured"]["util"]) == pytest.approx((2 / 3, 0.65))
     path = write_summary_csv(list(rows.values()), tmp_path / "summary.csv")
@@ -163,3 +164,15 @@ def test_label_skew_table_follows_when_runs_record_labels(tmp_path):
         "    1       0.300",
         "    2       0.100",
     ]
+
+
+def test_au_is_fwbw_over_the_runs_wall_time_less_its_first_steps_io(tmp_path):
+    # three epochs of 7.5 s mean wall time and 2.5 s of FW+BW; the first step waited 1.5 s for its batch:
+    # AU = 3 × 2.5 / (3 × 7.5 − 1.5) = 7.5 / 21 (the allreduce is not compute); util stays (2.5 + 2.5) / 7.5
+    first = {"min": 1.0, "mean": 1.5, "max": 2.0}
+    records = [record(e, "local", 0.0, 50.0) for e in range(3)]
+    for epoch, entry in enumerate(records):
+        entry["time"]["first_io"] = first if epoch == 0 else {"min": 0.1, "mean": 0.2, "max": 0.3}
+    lines = breakdown_table([write_run(tmp_path, "ls", records)]).splitlines()
+    assert lines[2].split()[-3:] == ["67%", "-", f"{7.5 / 21:.0%}"]
+    assert lines[-1].startswith("AU: MLPerf Storage's accelerator utilisation") and "90% (resnet50)" in lines[-1]

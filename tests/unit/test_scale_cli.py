@@ -21,7 +21,7 @@ TINY = Path(__file__).resolve().parents[1] / "data" / "platform_tiny.yaml"
 # 2,048 samples of the tiny dataset: at 4 workers and b = 8, 64 iterations (≈ 0.2 s simulated each run)
 ON_TINY = ["--platform", str(TINY), "--model", "tiny", "--dataset", "tiny", "--batch", "8"]
 ROW_KEYS = ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope", "io_min_s",
-            "io_max_s", "seed"]
+            "io_max_s", "au", "seed"]
 
 
 def scale(capsys, *args: str) -> tuple[str, str]:
