@@ -14,7 +14,9 @@ import sys
 from pathlib import Path
 
 from hpcshuffle.analysis.intervals import EQUIVALENCE_MARGIN, REACH_LEVEL
+from hpcshuffle.studies import readme_blocks
 from hpcshuffle.studies.accuracy_runs import strategy_of
+from hpcshuffle.studies.readme_blocks import rewrite_block
 from hpcshuffle.studies.runs import REPO
 
 BEGIN = "<!-- accuracy: made by `python -m hpcshuffle.studies.accuracy_readme` from results/reference; do not edit -->"
@@ -167,7 +169,9 @@ def prediction_line(what: str, check: dict) -> str:
     return (f"- {what}: q right in {check['q_hits']} of {len(check['cells'])} cells ({check['q_same']} the q "
             f"training found, {check['q_hits'] - check['q_same']} a larger q that still reaches GS){wrong}. Of "
             f"{check['pairs_claimed']} pairs of strategies the plans ranked apart, training ranks "
-            f"{check['pairs_against']} the other way, {check['pairs_against_beyond_noise']} of them beyond the noise.")
+            f"{check['pairs_against']} the other way, {check['pairs_against_beyond_noise']} of them beyond the noise. "
+            "The constants, scored by the same rule: " + ", ".join(
+                f"{name} right in {hits}" for name, hits in check["baselines"].items()) + ".")
 
 
 def synthetic_line(synthetic: dict, study: dict) -> str:
@@ -189,17 +193,12 @@ def synthetic_line(synthetic: dict, study: dict) -> str:
 
 def rewrite(readme: Path) -> bool:
     """Put the block made from the stored studies between the README's markers; True if it changed."""
-    text = readme.read_text()
-    start, end = text.index(BEGIN) + len(BEGIN), text.index(END)
-    made = "\n" + block(json.loads(STUDY.read_text()), json.loads(SYNTHETIC.read_text())) + "\n"
-    readme.write_text(text[:start] + made + text[end:])
-    return text[start:end] != made
+    return rewrite_block(readme, BEGIN, END, block(json.loads(STUDY.read_text()), json.loads(SYNTHETIC.read_text())))
 
 
 def stored_block(readme: Path) -> str:
     """The block as the README holds it now."""
-    text = readme.read_text()
-    return text[text.index(BEGIN) + len(BEGIN) : text.index(END)].strip("\n")
+    return readme_blocks.stored_block(readme, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -176,27 +176,40 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
     scores = {(r["partition"], r["workers"], strategy_of(r)): dict(zip(r["seeds"], r["top1"])) for r in result["rows"]}
     trained_q = {(c["partition"], c["workers"]): c["smallest_q_reaching_global"] for c in result["cells"]}
     cells = []
+    baselines = dict.fromkeys(CONSTANT_QS, 0)
     for cell in preregistered["cells"]:
         key = (cell["partition"], cell["workers"])
         if key not in trained_q:
             continue
         mine = {strategy: scores[(*key, strategy)] for strategy in cell["skew"] if (*key, strategy) in scores}
+
+        def hit(q: float | None) -> bool:  # the same q training found, or one that reaches global shuffling too
+            strategy = None if q is None else "local" if q == 0 else f"partial-{q:g}"
+            return q == trained_q[key] or (strategy in mine and reaches_global(
+                paired_gap(mine[strategy], mine["global"], strategy, REACH_LEVEL)[1:3]))
         predicted = cell["predicted_q"]
-        strategy = None if predicted is None else "local" if predicted == 0 else f"partial-{predicted:g}"
-        reached = strategy in mine and reaches_global(paired_gap(mine[strategy], mine["global"], strategy,
-                                                                 REACH_LEVEL)[1:3])
+        for q in CONSTANT_QS:
+            baselines[q] += hit(q)
         pairs = [(a, b) for a in mine for b in mine if cell["skew"][b] - cell["skew"][a] >= SKEW_TOLERANCE]
         against = [(a, b) for a, b in pairs if statistics.fmean(mine[a].values()) < statistics.fmean(mine[b].values())]
         beyond = [(a, b) for a, b in against if paired_gap(mine[a], mine[b], f"{a} - {b}")[2] < 0]
         cells.append({"partition": key[0], "workers": key[1], "predicted_q": predicted, "trained_q": trained_q[key],
-                      "q_hit": predicted == trained_q[key] or bool(reached), "predicted_order": cell["predicted_order"],
+                      "q_hit": hit(predicted), "predicted_order": cell["predicted_order"],
                       "trained_order": sorted(mine, key=lambda s: -statistics.fmean(mine[s].values())),
                       "pairs_claimed": len(pairs), "pairs_against": len(against), "pairs_against_beyond_noise": len(beyond)})
     return {"cells": cells, "q_hits": sum(c["q_hit"] for c in cells),
             "q_same": sum(c["predicted_q"] == c["trained_q"] for c in cells),
             "pairs_claimed": sum(c["pairs_claimed"] for c in cells),
             "pairs_against": sum(c["pairs_against"] for c in cells),
-            "pairs_against_beyond_noise": sum(c["pairs_against_beyond_noise"] for c in cells)}
+            "pairs_against_beyond_noise": sum(c["pairs_against_beyond_noise"] for c in cells),
+            "baselines": {constant_name(q): hits for q, hits in baselines.items()}}
+
+
+CONSTANT_QS = (0.0, 0.1, 0.3)  # the simplest predictors, scored by the same rule: always LS, always 0.1, always 0.3
+
+
+def constant_name(q: float) -> str:
+    return "always LS" if q == 0 else f"always {q:g}"
 
 
 def preregistration_table(check: dict) -> str:
@@ -217,4 +230,6 @@ def preregistration_table(check: dict) -> str:
     lines.append(f"q: {check['q_hits']} of {len(check['cells'])} cells hit ({check['q_same']} the same q); order: {check['pairs_against']} of "
                  f"{check['pairs_claimed']} claimed pairs ranked the other way, {check['pairs_against_beyond_noise']} "
                  "of them beyond the noise")
+    lines.append("the same rule for constant predictions: " + ", ".join(
+        f"{name} {hits} of {len(check['cells'])}" for name, hits in check["baselines"].items()))
     return "\n".join(lines)

@@ -175,6 +175,8 @@ def test_preregistered_predictions_are_scored_against_the_trained_cells():
         assert (check["q_hits"], check["q_same"]) == (hit, same)
     # pairs skews set apart by >= 0.01: all but (global, q 0.3); training agrees with every one of the 5
     assert (check["pairs_claimed"], check["pairs_against"]) == (5, 0)
+    # the constants under the same rule, whatever was predicted: only "always 0.3" is right here
+    assert check["baselines"] == {"always LS": 0, "always 0.1": 0, "always 0.3": 1}
     # a cell whose q 0.3 trains worse than q 0.1 at every seed: one pair against, beyond the noise
     result["rows"][3] = {**rows[3], "top1": [84.0, 85.0, 86.0]}
     check = preregistration_check(result, {"cells": [{**cell, "predicted_q": 0.3}]})
