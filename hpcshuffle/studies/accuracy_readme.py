@@ -2,9 +2,9 @@
 
     python -m hpcshuffle.studies.accuracy_readme [README.md]
 
-rewrites the lines between BEGIN and END from results/reference/accuracy_study.json (real digits,
-the study; its `digits/global` variant) and accuracy_synthetic.json (the synthetic study, kept as a
-labelled secondary). tests/unit/test_docs.py makes the block again and fails where the README differs.
+rewrites the lines between BEGIN and END from results/reference/accuracy_fashion.json (Fashion-MNIST
+at the paper's regime, first, once it has a trained cell), accuracy_study.json (real digits; its
+`digits/global` variant) and accuracy_synthetic.json (the synthetic study, kept as a labelled secondary). tests/unit/test_docs.py makes the block again and fails where the README differs.
 """
 
 from __future__ import annotations
@@ -23,8 +23,11 @@ BEGIN = "<!-- accuracy: made by `python -m hpcshuffle.studies.accuracy_readme` f
 END = "<!-- accuracy: end -->"
 STUDY = REPO / "results/reference/accuracy_study.json"
 SYNTHETIC = REPO / "results/reference/accuracy_synthetic.json"
+FASHION = REPO / "results/reference/accuracy_fashion.json"
+FASHION_PREREGISTERED = REPO / "results/reference/accuracy_fashion_preregistered.json"
 VARIANT = "digits/global"  # BatchNorm over the global batch
-DATASETS = {"digits": "Real handwritten digits", "synthetic": "Synthetic images"}
+DATASETS = {"fashion": "Real clothing photos (Fashion-MNIST)", "digits": "Real handwritten digits",
+            "synthetic": "Synthetic images"}
 FAMILIES = {"local": "LS", "partial": "PLS"}
 NORMS = {"worker": "BatchNorm per worker", "global": "BatchNorm over the global batch"}
 
@@ -98,28 +101,58 @@ def correlation_text(found: dict) -> str:
     return f"{pair(found)}; {within}"
 
 
-def block(study: dict, synthetic: dict) -> str:
-    """The README's accuracy block (module doc)."""
+def heading(study: dict, what: str) -> str:
+    """A study's first line: its data, model and training, bold where it is named."""
     setup = study["setup"]
     batches = ", ".join(f"b = {b} at M = {m}" for m, b in setup["batch_size"].items())
+    return (f"**{DATASETS[setup['dataset']]}, {what}** ({setup['samples']:,} training images of {setup['classes']} "
+            f"classes, {setup['model']}, {NORMS[study['rows'][0]['norm']]}, {setup['epochs']} epochs, {batches}, "
+            f"{setup['seeds']} seeds a cell).")
+
+
+def fashion_section(fashion: dict) -> list[str]:
+    """The Fashion-MNIST study, first: its trained cells, what they show, and the cells still to train."""
+    trained = {(c["partition"], c["workers"]) for c in fashion["cells"]}
+    waiting = [f"{c['partition']} M = {c['workers']}" for c in fashion["preregistered_cells"]
+               if (c["partition"], c["workers"]) not in trained]
+    lines = [heading(fashion, "the study at the paper's regime"), "", *cell_table(fashion, predicted_of(fashion, fashion)),
+             "", *findings(fashion, None)]
+    if waiting:
+        lines.append(f"- Pre-registered, not trained yet: {', '.join(waiting)}.")
+    return lines
+
+
+def block(study: dict, synthetic: dict, fashion: dict | None = None) -> str:
+    """The README's accuracy block (module doc), led by the Fashion-MNIST study where it has cells."""
+    setup = study["setup"]
     lines = [
-        f"**{DATASETS[setup['dataset']]}, the study** ({setup['samples']:,} training images of {setup['classes']} "
-        f"classes, {setup['model']}, {NORMS[study['rows'][0]['norm']]}, {setup['epochs']} epochs, {batches}, "
-        f"{setup['seeds']} seeds a cell). "
         f"Gaps to GS are final top-1 points paired by seed, mean [{REACH_LEVEL * 100:.0f} % interval]; a strategy *reaches "
         f"GS* (✓) where that interval's lower end is at most δ = {EQUIVALENCE_MARGIN:g} point below 0: an equivalence "
         "test, under which a wide interval that merely contains 0 does not pass. The pre-registered q was "
         "committed before the cell was trained; all cells are scored again under this rule from their stored "
         "runs (`experiments/accuracy_rescore.py`), nothing retrained.",
         "",
-        *cell_table(study, predicted_of(study, study)),
     ]
+    if fashion is not None:
+        lines += [*fashion_section(fashion), ""]
+    lines += [heading(study, "the study" if fashion is None else "the earlier study"), "",
+              *cell_table(study, predicted_of(study, study))]
     variant = study.get("variants", {}).get(VARIANT)
     if variant is not None:
         lines += ["", "With BatchNorm over the global batch instead (`model.norm=global`):", "",
                   *cell_table({**variant, "setup": setup}, predicted_of(variant, study))]
     lines += ["", *findings(study, variant), f"- **Synthetic data, the secondary study** ({synthetic_line(synthetic, study)})."]
     return "\n".join(lines)
+
+
+def stored_studies() -> tuple[dict, dict, dict | None]:
+    """The studies the block is made from: digits, synthetic and (once it has a trained cell) Fashion-MNIST,
+    with the Fashion pre-registration's cells beside it."""
+    fashion = None
+    if FASHION.exists():
+        fashion = json.loads(FASHION.read_text())
+        fashion["preregistered_cells"] = json.loads(FASHION_PREREGISTERED.read_text())["cells"]
+    return json.loads(STUDY.read_text()), json.loads(SYNTHETIC.read_text()), fashion
 
 
 def predicted_of(variant: dict, study: dict) -> dict[tuple, float | None]:
@@ -138,7 +171,8 @@ def findings(study: dict, variant: dict | None) -> list[str]:
 
     kept = [key for key in cells if (g := gaps.get((*key, "local"))) and g["reaches_global"]]
     lost = [key for key in cells if key not in kept]
-    lines = [f"- **LS reaches GS in {len(kept)} of {len(cells)} cells** ({named(kept)}); not in {named(lost)}."]
+    lines = [f"- **LS reaches GS in {len(kept)} of {len(cells)} cells** ({named(kept)})"
+             + (f"; not in {named(lost)}." if lost else ".")]
     for q in sorted({key[2] for key in gaps if key[2] != "local"}):
         reach = [key for key in cells if (g := gaps.get((*key, q))) and g["reaches_global"]]
         missed = [key for key in cells if key not in reach]
@@ -193,7 +227,7 @@ def synthetic_line(synthetic: dict, study: dict) -> str:
 
 def rewrite(readme: Path) -> bool:
     """Put the block made from the stored studies between the README's markers; True if it changed."""
-    return rewrite_block(readme, BEGIN, END, block(json.loads(STUDY.read_text()), json.loads(SYNTHETIC.read_text())))
+    return rewrite_block(readme, BEGIN, END, block(*stored_studies()))
 
 
 def stored_block(readme: Path) -> str:

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from hpcshuffle.cli import build_parser, main, simulate_argv
-from hpcshuffle.studies import accuracy_readme
+from hpcshuffle.studies import accuracy_readme, demo_runs, readme_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 # the README, the docs, and the READMEs beside the scripts and results they describe
@@ -260,7 +260,16 @@ def test_hpcshuffle_train_help_works(monkeypatch):
 
 def test_the_readme_accuracy_block_is_made_from_the_stored_studies():
     # every number of the README's accuracy section comes from results/reference's JSON
-    made = accuracy_readme.block(json.loads(accuracy_readme.STUDY.read_text()),
-                                 json.loads(accuracy_readme.SYNTHETIC.read_text()))
+    made = accuracy_readme.block(*accuracy_readme.stored_studies())
     assert accuracy_readme.stored_block(REPO / "README.md") == made, (
         "the README's accuracy block differs from the stored studies: run python -m hpcshuffle.studies.accuracy_readme")
+
+
+def test_the_readme_demo_block_is_made_from_the_stored_repeats():
+    # the demo's table and its ranges over repeats come from results/reference/demo, and the ranges
+    # stored in ratios.json are those of the runs stored beside it
+    stored = json.loads((demo_runs.OUT / "ratios.json").read_text())
+    assert stored == demo_runs.ratios(demo_runs.OUT) | {"cores": stored["cores"]}
+    assert readme_blocks.stored_block(REPO / "README.md", demo_runs.BEGIN, demo_runs.END) == demo_runs.block(stored), (
+        "the README's demo block differs from results/reference/demo: run python -m hpcshuffle.studies.demo_runs "
+        "--readme-only")
