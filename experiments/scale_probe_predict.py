@@ -3,10 +3,10 @@ the 2- and 3-node epochs of GS, LS and PLS (q 0.1, 0.3) with a 10-90 % interval,
 cell several times (hpcshuffle/studies/probe_predict.py says how each step works).
 
     bash scripts/cluster.sh up --nodes 3 --storage-link 200mbit
-    python experiments/scale_probe_predict.py predict [--probes 10] [--nodes 2 3]   # writes the predictions
-    git add results/reference/scale/probe && git commit ...                           # before any run
-    python experiments/scale_probe_predict.py measure [--repeats 3]                   # ~25 min at 3 repeats
-    python experiments/scale_probe_predict.py compare                                 # the table
+    python experiments/scale_probe_predict.py predict --out DIR [--probes 10] [--nodes 2 3]   # the predictions
+    git add DIR && git commit ...                                                   # before any run
+    python experiments/scale_probe_predict.py measure --out DIR [--repeats 5]       # ~40 min at 5 repeats
+    python experiments/scale_probe_predict.py compare --out DIR                     # the tables
     bash scripts/cluster.sh down
 
 Writes under --out (default results/reference/scale/probe): `probes.json` (the cluster's settings and
@@ -34,6 +34,9 @@ from pathlib import Path
 from hpcshuffle.studies.cluster import connect, snapshot
 from hpcshuffle.studies.cluster_runs import STRATEGIES, ensure_dataset
 from hpcshuffle.studies.probe_predict import (
+    FORECASTS,
+    OUT_OF_SAMPLE,
+    POOLED,
     comparison_text,
     envelope_cells,
     measure_all,
@@ -42,6 +45,7 @@ from hpcshuffle.studies.probe_predict import (
     prediction_text,
     probe_once,
     repeat_text,
+    round_errors,
     scores,
     scores_text,
 )
@@ -59,11 +63,15 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--files", type=int, default=150, help="dataset files each probe repeat reads (predict)")
     parser.add_argument("--repeats", type=int, default=3, help="runs of each cell (measure)")
     parser.add_argument("--epochs", type=int, default=3, help="epochs of each run, the first not timed (measure)")
-    parser.add_argument("--past", type=Path, default=REPO / "results/reference/cluster",
-                        help="an earlier comparison of the model with the cluster's runs (its scaling.json and "
-                             "predicted.json), whose errors widen the second interval (predict)")
+    parser.add_argument("--past", type=Path, default=REPO / "results/reference/scale/probe",
+                        help="an earlier probe round (its predicted.json, committed before its measured.json), or "
+                             "an earlier comparison (scaling.json and predicted.json), whose errors widen the second "
+                             "interval (predict). Only a round predicted before it ran gives errors out of sample")
     args = parser.parse_args()
     args.out = args.out if args.out.is_absolute() else REPO / args.out  # jobs see the path from their own nodes
+    if args.step == "predict" and args.past.resolve() == args.out.resolve():
+        parser.error(f"--past {args.past} is --out: a new round goes into a directory of its own "
+                     "(e.g. --out results/reference/scale/probe/<date>) and takes an earlier round's errors")
     if args.probes < 2 or args.repeats < 1 or args.epochs < 2 or min(args.nodes) < 2:
         parser.error("--probes must be >= 2 (an interval needs several), --repeats >= 1, --epochs >= 2 (the first is "
                      "not timed), --nodes >= 2 (one node is what the probe measures)")
@@ -87,11 +95,17 @@ def step_predict(args: argparse.Namespace, cluster, dataset: Path) -> None:
     (args.out / "probes.json").write_text(json.dumps(document, indent=1) + "\n")
     (args.out / "platform.yaml").write_text(repeat_text(cluster.settings, probes[0], (dataset.name, SAMPLES),
                                                         max(args.nodes)))
-    errors = model_errors(json.loads((args.past / "scaling.json").read_text())["runs"],
-                          json.loads((args.past / "predicted.json").read_text())["runs"])
+    if (args.past / "measured.json").exists():  # an earlier probe round: its predictions came before its runs
+        errors = round_errors(json.loads((args.past / "predicted.json").read_text()),
+                              json.loads((args.past / "measured.json").read_text()))
+        how = f"measured.json over predicted.json's medians ({OUT_OF_SAMPLE})"
+    else:
+        errors = model_errors(json.loads((args.past / "scaling.json").read_text())["runs"],
+                              json.loads((args.past / "predicted.json").read_text())["runs"])
+        how = "scaling.json over predicted.json"
     cells = predict(cluster.settings, probes, (dataset.name, SAMPLES), args.nodes, STRATEGIES,
                     lambda line: print(line, file=sys.stderr, flush=True), errors=errors)
-    past = f"{args.past.relative_to(REPO)}: scaling.json over predicted.json, {len(errors)} runs"
+    past = f"{args.past.relative_to(REPO)}: {how}, {len(errors)} runs"
     (args.out / "predicted.json").write_text(json.dumps({"written": document["written"], "model_errors": errors,
                                                          "model_errors_from": past, "cells": cells}, indent=1) + "\n")
     (args.out / "predicted.txt").write_text(prediction_text(document["written"], past, cells))
@@ -112,7 +126,8 @@ def main() -> None:
                 cell["envelope"] = envelopes[(cell["nodes"], cell["run"])]
             envelope_from = (f"computed {time.strftime('%Y-%m-%d', time.gmtime())} from probes.json, after the runs "
                              "(the round predates the envelope; it has no knob a run could have set)")
-        found = scores(predicted["cells"], measured["runs"])
+        forecasts = {**FORECASTS, **(POOLED if OUT_OF_SAMPLE in predicted["model_errors_from"] else {})}
+        found = scores(predicted["cells"], measured["runs"], forecasts)
         document = {"predicted": predicted["written"], "measured": measured["written"], "envelope_from": envelope_from,
                     **found}
         (args.out / "compare.json").write_text(json.dumps(document, indent=1) + "\n")

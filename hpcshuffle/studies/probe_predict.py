@@ -124,6 +124,18 @@ def envelope_cells(settings: dict, probes: list[dict], dataset: tuple[str, int],
     return {cell: Spread.of(values).as_dict() for cell, values in epochs.items()}
 
 
+def round_errors(predicted: dict, measured: dict) -> list[float]:
+    """An earlier probe round's errors, measured over predicted: each run's epoch over its cell's median
+    over the probe repeats, for a round whose predictions (`predicted.json`) were committed before its runs
+    (`measured.json`), so the pool is out of sample; ValueError where the runs predate the predictions."""
+    if measured["written"] < predicted["written"]:
+        raise ValueError(f"the runs ({measured['written']}) predate the predictions ({predicted['written']}): "
+                         "their errors are not out of sample; pass --past a round predicted before it was measured")
+    medians = {(cell["nodes"], cell["run"]): cell["epoch_s"]["median"] for cell in predicted["cells"]}
+    return [run["epoch_s"] / medians[(run["nodes"], run["run"])] for run in measured["runs"]
+            if (run["nodes"], run["run"]) in medians]
+
+
 def predict(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int], labels: list[str],
             progress: Callable[[str], None], jobs: int = 2, errors: list[float] | None = None) -> list[dict]:
     """Per (nodes, label): the simulated epoch at every probe repeat (seed = the repeat's number), and
@@ -188,6 +200,8 @@ def comparison(predicted: list[dict], measured: list[dict], interval: str) -> tu
 
 ALPHA = 0.2  # the 80 % interval, p10 to p90
 FORECASTS = {"model": "epoch_s", "envelope": "envelope"}  # what is scored: each cell's key in predicted.json
+POOLED = {"model_pooled": "with_model_error"}  # scored too where the pool is out of sample (`round_errors`)
+OUT_OF_SAMPLE = "committed before those runs"  # how predicted.json's model_errors_from says so
 
 
 def interval_score(low: float, high: float, outcome: float, alpha: float = ALPHA) -> float:
@@ -197,7 +211,7 @@ def interval_score(low: float, high: float, outcome: float, alpha: float = ALPHA
     return (high - low) + 2 / alpha * max(low - outcome, 0.0) + 2 / alpha * max(outcome - high, 0.0)
 
 
-def scores(cells: list[dict], runs: list[dict]) -> dict:
+def scores(cells: list[dict], runs: list[dict], forecasts: dict[str, str] = FORECASTS) -> dict:
     """The model and the envelope scored on the same measured cells: per cell the measured median and each
     forecast's median, 80 % interval, relative error, whether the interval covers the measured median and
     its interval score; overall, per forecast, the median absolute relative error, the coverage (cells
@@ -209,14 +223,14 @@ def scores(cells: list[dict], runs: list[dict]) -> dict:
             continue
         measured = statistics.median(epochs)
         row = {"nodes": cell["nodes"], "run": cell["run"], "measured_median": measured, "n": len(epochs)}
-        for name, key in FORECASTS.items():
+        for name, key in forecasts.items():
             spread = cell[key]
             row[name] = {**spread, "error": spread["median"] / measured - 1,
                          "covered": spread["p10"] <= measured <= spread["p90"],
                          "interval_score": interval_score(spread["p10"], spread["p90"], measured)}
         scored.append(row)
-    overall = {"cells": len(scored)}
-    for name in FORECASTS:
+    overall = {"cells": len(scored), "forecasts": forecasts}
+    for name in forecasts:
         overall[f"{name}_median_abs_err"] = statistics.median(abs(row[name]["error"]) for row in scored)
         overall[f"{name}_coverage80"] = sum(row[name]["covered"] for row in scored) / len(scored)
         overall[f"{name}_interval_score"] = statistics.fmean(row[name]["interval_score"] for row in scored)
@@ -227,19 +241,19 @@ def scores_text(found: dict) -> str:
     """`scores` as compare.txt's last table."""
     lines = ["the model beside the back-of-envelope (scale/envelope.py) on the same cells, 80 % intervals "
              "(p10-p90 over the probe repeats)",
-             f"{'nodes':>5} {'run':<12} {'measured':>9} {'model [p10, p90]':>26} {'err':>6} {'IS':>6} "
-             f"{'envelope [p10, p90]':>26} {'err':>6} {'IS':>6}"]
+             f"{'nodes':>5} {'run':<12} {'measured':>9}"
+             + "".join(f" {name + ' [p10, p90]':>26} {'err':>6} {'IS':>6}" for name in found["forecasts"])]
     for row in found["per_cell"]:
         line = f"{row['nodes']:>5} {row['run']:<12} {row['measured_median']:>9.2f}"
-        for name in FORECASTS:
+        for name in found["forecasts"]:
             f = row[name]
             miss = " " if f["covered"] else "*"
             line += (f" {f['median']:>9.2f} [{f['p10']:6.2f}, {f['p90']:6.2f}]{miss}"
                      f" {f['error']:>+6.0%} {f['interval_score']:>6.2f}")
         lines.append(line)
     lines.append("err: predicted over measured, − 1; * the interval misses the measured median; IS: the interval score, seconds (lower is better)")
-    for name in FORECASTS:
-        lines.append(f"{name:<9} median |error| {found[f'{name}_median_abs_err']:.1%}, coverage "
+    for name in found["forecasts"]:
+        lines.append(f"{name:<12} median |error| {found[f'{name}_median_abs_err']:.1%}, coverage "
                      f"{found[f'{name}_coverage80']:.0%} of {found['cells']} cells, mean interval score "
                      f"{found[f'{name}_interval_score']:.2f} s")
     return "\n".join(lines)

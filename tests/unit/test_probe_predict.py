@@ -15,6 +15,7 @@ from hpcshuffle.studies.probe_predict import (
     model_errors,
     predict,
     repeat_text,
+    round_errors,
     scenario_of,
     scores,
 )
@@ -104,3 +105,15 @@ def test_the_model_and_the_envelope_are_scored_on_the_same_measured_cells():
     assert found["model_coverage80"] == 0.5 and found["envelope_coverage80"] == 0.5
     assert found["model_interval_score"] == pytest.approx((2.0 + (0.4 + 10 * 0.8)) / 2)
     assert found["envelope_interval_score"] == pytest.approx((10 * 2.0 + 2.0) / 2)
+
+
+def test_an_earlier_rounds_errors_are_out_of_sample_only_if_it_was_predicted_first():
+    predicted = {"written": "2026-11-27 07:33 UTC",
+                 "cells": [{"nodes": 2, "run": "global", "epoch_s": {"median": 10.0, "p10": 9.0, "p90": 11.0}},
+                           {"nodes": 2, "run": "local", "epoch_s": {"median": 4.0, "p10": 3.9, "p90": 4.1}}]}
+    measured = {"written": "2026-11-27 07:34 UTC", "runs": [{"nodes": 2, "run": "global", "epoch_s": 8.0},
+                                                            {"nodes": 2, "run": "local", "epoch_s": 5.0},
+                                                            {"nodes": 3, "run": "local", "epoch_s": 5.0}]}  # no cell
+    assert round_errors(predicted, measured) == [0.8, 1.25]
+    with pytest.raises(ValueError, match=r"predate the predictions .* not out of sample"):
+        round_errors(predicted, {**measured, "written": "2026-11-26 12:00 UTC"})
