@@ -209,6 +209,7 @@ CONSTANT_QS = (0.0, 0.1, 0.3)  # the simplest predictors, scored by the same rul
 
 
 def constant_name(q: float) -> str:
+    """How the study names the constant prediction q: "always LS", "always 0.1"."""
     return "always LS" if q == 0 else f"always {q:g}"
 
 

@@ -68,6 +68,7 @@ def repeat_row(repeat: Path) -> dict:
 
 
 def spread(values: list[float]) -> dict:
+    """n, min, median and max of a ratio over the repeats."""
     return {"n": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
@@ -100,6 +101,7 @@ def block(found: dict, out: Path = OUT) -> str:
 
 
 def main() -> None:
+    """Train the missing repeats (unless --readme-only), write ratios.json, rewrite the README's block."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=OUT)

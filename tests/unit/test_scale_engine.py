@@ -143,9 +143,10 @@ def test_simulate_is_deterministic(tiny, results):
 def test_result_row_is_the_json_row(results):
     row = result_row(results["partial"])
     assert list(row) == ["workers", "shuffle", "q", "epoch_s", "io_s", "exchange_s", "fwbw_s", "allreduce_s", "scope",
-                         "io_min_s", "io_max_s"]
+                         "io_min_s", "io_max_s", "au"]
     assert row["scope"] == "rank"
     assert row["epoch_s"] == results["partial"].epoch_s and row["q"] == 0.3
+    assert row["au"] == pytest.approx(row["fwbw_s"] / row["epoch_s"]) and 0 < row["au"] < 1
 
 
 # ---- what the model charges, knob by knob -------------------------------------------------------

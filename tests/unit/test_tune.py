@@ -334,7 +334,7 @@ def test_report_takes_a_directory_of_runs_and_writes_csv(sweep, tmp_path, capsys
     assert captured.out == by_run + f"wrote {tmp_path / 'report.csv'} (8 runs)\n"
     assert "9-partial-q0.02 has no epochs yet; left out" in captured.err
     assert by_run.splitlines()[2].split() == [
-        "global", "1.00", "2", "10.00", "10.00", "10.00", "10.00", "20.00", "2.00", "0", "4000", "76.10", "100%", "-",
+        "global", "1.00", "2", "10.00", "10.00", "10.00", "10.00", "20.00", "2.00", "0", "4000", "76.10", "100%", "-", "-",
     ]
     with open(tmp_path / "report.csv", newline="") as table:
         assert len(list(csv.reader(table))) == 1 + len(SCORES)
