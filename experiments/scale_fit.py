@@ -6,7 +6,9 @@ says why every other knob is fixed). Fitted by Nelder–Mead to the MEDIANS over
 fastest rank 11.9 s, slowest 142 s, allreduce mean 70 s; LS I/O 8 s): each number left out in turn and
 predicted from a fit to the other four. The fitted values are the fit without the slowest rank's 142 s,
 the number results/reference/scale/timers.txt finds inconsistent with the others; no fit uses all five.
-Deterministic: a rerun writes the same fit.txt. About 4 minutes here (five fits, two starts each).
+That adopted fit gets a leave-one-out of its own (each of its four left out, the other three fitted,
+from the adopted values).
+Deterministic: a rerun writes the same fit.txt. Each fit's end is reported on stderr as it comes.
 
     python experiments/scale_fit.py [--platform abci] [--out results/reference/scale] [--write-platform [NAME]]
 
@@ -25,7 +27,13 @@ import sys
 from pathlib import Path
 
 from hpcshuffle.scale.platform_yaml import load_platform, platform_path
-from hpcshuffle.studies.order_fit import held_out, leave_one_out, report, write_platform
+from hpcshuffle.studies.order_fit import (
+    adopted_leave_one_out,
+    held_out,
+    leave_one_out,
+    report,
+    write_platform,
+)
 from hpcshuffle.studies.scale_fit import with_fenced_block
 
 
@@ -40,14 +48,17 @@ def main() -> None:
     out = Path(args.out)
     platform = load_platform(args.platform)
     command = "python experiments/scale_fit.py " + " ".join(sys.argv[1:])
-    rows = leave_one_out(platform)
+    def progress(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+    rows = leave_one_out(platform, progress=progress)
+    adopted = adopted_leave_one_out(platform, held_out(rows).fit, progress)
     stored = out / f"seeds-{args.platform}-128.json"
     stored_ratio = ""
     if stored.exists():
         ratio = json.loads(stored.read_text())["ratios"][0]["ratios"]["global/local"]
         stored_ratio = (f"{ratio['median']:.2f} ({ratio['p10']:.2f}-{ratio['p90']:.2f}), "
                         f"{json.loads(stored.read_text())['seeds']} seeds ({stored.name})")
-    text = report(platform, command.strip(), rows, stored_ratio)
+    text = report(platform, command.strip(), rows, adopted, stored_ratio)
     check = out / "fit_check.txt"
     if check.exists():
         text += "\n\n" + check.read_text().rstrip("\n") + f"\n({check.name}, from experiments/scale_study.py --figures fit)"

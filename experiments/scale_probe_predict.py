@@ -7,6 +7,7 @@ cell several times (hpcshuffle/studies/probe_predict.py says how each step works
     git add DIR && git commit ...                                                   # before any run
     python experiments/scale_probe_predict.py measure --out DIR [--repeats 5]       # ~40 min at 5 repeats
     python experiments/scale_probe_predict.py compare --out DIR                     # the tables
+    python experiments/scale_probe_predict.py resimulate --out DIR    # a measured round, again with today's model
     bash scripts/cluster.sh down
 
 Writes under --out (default results/reference/scale/probe): `probes.json` (the cluster's settings and
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -56,7 +58,7 @@ SAMPLES = 3000  # experiments/cluster_scaling.py's dataset: 3,000 ~107 KB JPEGs
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("step", choices=["predict", "measure", "compare"])
+    parser.add_argument("step", choices=["predict", "measure", "compare", "resimulate"])
     parser.add_argument("--out", type=Path, default=REPO / "results/reference/scale/probe")
     parser.add_argument("--nodes", type=int, nargs="+", default=[2, 3], metavar="K", help="node counts to predict")
     parser.add_argument("--probes", type=int, default=10, help="repeats of the one-node probe (predict)")
@@ -112,8 +114,35 @@ def step_predict(args: argparse.Namespace, cluster, dataset: Path) -> None:
     print(f"wrote {args.out / 'probes.json'} and {args.out / 'predicted.json'}: commit them before `measure`")
 
 
+def step_resimulate(args: argparse.Namespace) -> None:
+    """A measured round's committed probes simulated again with today's engine, beside its committed
+    predictions and its measured medians: how a change to the model moves those cells. A retrospective,
+    never a prediction (the runs were seen first); written to resimulated.txt."""
+    probed = json.loads((args.out / "probes.json").read_text())
+    committed = {(c["nodes"], c["run"]): c["epoch_s"]["median"]
+                 for c in json.loads((args.out / "predicted.json").read_text())["cells"]}
+    runs = json.loads((args.out / "measured.json").read_text())["runs"]
+    cells = predict(probed["cluster"], probed["probes"], tuple(probed["dataset"]), probed["nodes"], STRATEGIES,
+                    lambda line: print(line, file=sys.stderr, flush=True))
+    lines = [f"{args.out.relative_to(REPO)}'s probes ({probed['written']}) simulated again on "
+             f"{time.strftime('%Y-%m-%d', time.gmtime())} with the engine of that day: a retrospective, not a "
+             "prediction; seconds per epoch, median over the probe repeats (error: over the measured median)",
+             f"{'nodes':>5} {'run':<12} {'measured':>9} {'committed':>16} {'today [p10, p90]':>30}"]
+    for cell in cells:
+        measured = statistics.median(r["epoch_s"] for r in runs if (r["nodes"], r["run"]) == (cell["nodes"], cell["run"]))
+        then, now = committed[(cell["nodes"], cell["run"])], cell["epoch_s"]
+        lines.append(f"{cell['nodes']:>5} {cell['run']:<12} {measured:>9.2f} {then:>9.2f} ({then / measured - 1:+4.0%}) "
+                     f"{now['median']:>9.2f} [{now['p10']:6.2f}, {now['p90']:6.2f}] ({now['median'] / measured - 1:+4.0%})")
+    text = "\n".join(lines) + "\n"
+    (args.out / "resimulated.txt").write_text(text)
+    print(text, end="")
+
+
 def main() -> None:
     args = parse_args()
+    if args.step == "resimulate":
+        step_resimulate(args)
+        return
     if args.step == "compare":
         predicted = json.loads((args.out / "predicted.json").read_text())
         measured = json.loads((args.out / "measured.json").read_text())

@@ -6,9 +6,10 @@ What the model charges, per rank and iteration (every knob is documented in scal
   ⌈files / workers⌉ per-file latencies and the bytes from the node's disk (shared by the node's
   ranks); from shared storage, the servers' queues of scale/storage.py (each file its RPCs, its
   wait and its service time, drawn, so ranks drift apart), one open on the metadata service and
-  the bytes from the servers' aggregate bandwidth, capacities every reader shares. Then
-  `loader.cpu_per_file` (and a FUSE client's `shared.client_cpu_per_file`) of CPU time per file on
-  the node's cores, spread over the workers. With `loader.prefetch` > 0
+  the bytes from the servers' aggregate bandwidth, capacities every reader shares. While the bytes
+  flow, `loader.cpu_per_file` (and a FUSE client's `shared.client_cpu_per_file`) of CPU time per file
+  on the node's cores, spread over the workers, decodes them: a batch costs its RPCs, then the longer
+  of its decoding and its bytes. With `loader.prefetch` > 0
   a loader actor on the node's CPU reads that many batches ahead, so only the wait for the batch
   counts, as in the real loop; with 0 the rank reads in the loop.
 - **Exchange** (PLS) — the plan's moves of that iteration, one message per destination through
@@ -243,13 +244,14 @@ class EpochSimulation:
         waited = self.queues.read(sg.Engine.clock, node, shared, workers)  # booked from now: the queues' clock
         waited += -(-local // workers) * platform.local.file_latency
         sg.this_actor.sleep_for(waited)
-        self._cpu(files * platform.loader.cpu_per_file + shared * platform.shared.client_cpu_per_file, on_cpu,
-                  threads=min(workers, files))
+        # the bytes flow while the workers decode what has arrived: RPCs, then max(decode, bytes)
         activities = []
         if local:
             activities.append(self.node_disks[node].read_async(int(local * self.sample_bytes)))
         if shared:
             activities += [disk.read_async(int(shared * unit)) for disk, unit in self.shared_disks]
+        self._cpu(files * platform.loader.cpu_per_file + shared * platform.shared.client_cpu_per_file, on_cpu,
+                  threads=min(workers, files))
         for activity in activities:
             activity.wait()
 

@@ -12,7 +12,8 @@ Kept, per iteration (all ranks start it together, after the allreduce's barrier)
   files by the longest worker; the slowest of the workers' (and, for the iteration's end, of the
   slowest node's ranks') chains is the mean plus √k·σ_S times the expected largest of that many
   standard normals (a normal approximation of a chain of k service draws);
-- `loader.cpu_per_file` + `shared.client_cpu_per_file` per file, spread over the workers;
+- `loader.cpu_per_file` + `shared.client_cpu_per_file` per file, spread over the workers, while the
+  bytes flow (as the engine: a batch costs its RPCs, then the longer of its decoding and its bytes);
 - the metadata service's opens/s and the servers' bandwidth, each shared equally by the ranks reading
   it at once (processor sharing, as SimGrid shares a disk), with the ranks arriving at their chains'
   ends; the other nodes' factors sit at their expected quantiles (j + ½)/n (an approximation);
@@ -164,13 +165,13 @@ class GlobalEpoch:
     waits for the slowest rank at every iteration (`slowest_extra`: its node's other ranks' and
     workers' chains, the slowest of which ends each iteration)."""
 
-    base: float  # seconds of a rank's I/O that no factor scales (CPU, service, queue, shared capacity)
+    base: float  # seconds of a rank's I/O that no factor scales (service, queue)
     per_factor: float  # seconds per unit of factor: file_latency over each batch's longest chain
     slowest_extra: float
     fwbw: float
     exposed: float
     grid: np.ndarray  # factors at the nodes' expected quantiles, increasing
-    delays: np.ndarray  # seconds of waiting for the shared capacities at each of `grid`
+    delays: np.ndarray  # seconds after the RPCs at each of `grid`: the shared capacities or decoding, the longer
     node_ranks: np.ndarray  # ranks on each node
 
     def io(self, factors):
@@ -202,13 +203,14 @@ def global_epoch(platform: Platform, scenario: Scenario) -> GlobalEpoch:
         k, workers = -(-int(b) // loader.workers), min(loader.workers, int(b))
         cpu = b * (loader.cpu_per_file + shared.client_cpu_per_file) / workers
         chain = k * (shared.service.mean + queued) + math.sqrt(k) * sigma * expected_max_normal(workers)
-        base += count * (cpu + chain)
+        base += count * chain
         slowest_extra += count * math.sqrt(k) * sigma * (expected_max_normal(workers * per_node)
                                                          - expected_max_normal(workers))
-        arrivals = cpu + chain + k * shared.file_latency * rank_factors
+        arrivals = chain + k * shared.file_latency * rank_factors
         done = np.maximum(processor_sharing(arrivals, b / shared.metadata_rate),
                           processor_sharing(arrivals, b * sample_bytes / shared.read_bandwidth))
-        delays += count * np.add.reduceat(done - arrivals, np.cumsum(np.r_[0, node_ranks[:-1]])) / node_ranks
+        after_rpcs = np.maximum(done - arrivals, cpu)  # the workers decode while the bytes flow
+        delays += count * np.add.reduceat(after_rpcs, np.cumsum(np.r_[0, node_ranks[:-1]])) / node_ranks
         per_factor += count * k * shared.file_latency
     return GlobalEpoch(base, per_factor, slowest_extra, fwbw, exposed, grid, delays, node_ranks)
 
@@ -235,12 +237,12 @@ def exposed_allreduce(platform: Platform, scenario: Scenario, batches: np.ndarra
 
 
 def local_io(platform: Platform, scenario: Scenario, batches: np.ndarray) -> np.ndarray:
-    """Per iteration, LS's I/O: ⌈b/workers⌉ local file latencies, the loader's CPU over its workers and
-    the node's SSD shared by its ranks."""
+    """Per iteration, LS's I/O: ⌈b/workers⌉ local file latencies, then the longer of the loader's CPU over
+    its workers and the node's SSD shared by its ranks (the workers decode while the bytes flow)."""
     loader, sample_bytes = platform.loader, platform.dataset(scenario.dataset).sample_bytes
     return (-(-batches // loader.workers) * platform.local.file_latency
-            + batches * loader.cpu_per_file / np.minimum(loader.workers, batches)
-            + platform.ranks_per_node * batches * sample_bytes / platform.local.read_bandwidth)
+            + np.maximum(batches * loader.cpu_per_file / np.minimum(loader.workers, batches),
+                         platform.ranks_per_node * batches * sample_bytes / platform.local.read_bandwidth))
 
 
 def breakdown(platform: Platform, scenario: Scenario, draws: int = DRAWS) -> Breakdown:
