@@ -51,9 +51,10 @@ def test_partial_shuffling_never_loses_or_duplicates(trained, ranks, q):
         assert (samples["sent"] > 0) == (q > 0)
         bound = -(-int((1 + q) * SMALL_SAMPLES * 10) // (ranks * 10))  # ⌈(1+q)·N/M⌉ for one-decimal q
         assert samples["store_peak_rank_max"] <= bound
-        assert set(record["time"]) == {"io", "exchange", "fwbw", "allreduce", "epoch"}
+        assert set(record["time"]) == {"io", "exchange", "fwbw", "allreduce", "epoch", "first_io"}
         for stats in record["time"].values():
             assert stats["min"] <= stats["mean"] <= stats["max"]
+        assert 0 < record["time"]["first_io"]["max"] <= record["time"]["io"]["max"]  # one step's wait of the epoch's
 
 
 @pytest.mark.parametrize("cache", [[], ["cache.policy=reuse_distance", f"cache.samples={CACHE_SAMPLES}"]])
