@@ -14,7 +14,8 @@ Writes under --out (default results/reference/scale/probe): `probes.json` (the c
 every probe repeat's measurements), `platform.yaml` (the first repeat's platform at the largest node
 count, as a user would pass it to `hpcshuffle scale --platform`), `predicted.json` and `predicted.txt`
 (per cell the simulated epoch at every repeat and two intervals, median [p10, p90]: over the repeats,
-and with the model's out-of-sample errors of an earlier comparison, --past). `measure` writes
+and with the model's errors in an earlier comparison, --past, out of sample only where that was a
+round predicted before its runs). `measure` writes
 `measured.json` and the runs under `runs/N<nodes>x1/<strategy>/r<repeat>/` (complete runs are
 reused); `compare` writes `compare.json` (the model and the back-of-envelope scored on the same cells:
 median absolute error, coverage of the 80 % interval, interval score) and `compare.txt`, which experiments/scale_validation.py puts into
@@ -37,12 +38,13 @@ from hpcshuffle.studies.cluster import connect, snapshot
 from hpcshuffle.studies.cluster_runs import STRATEGIES, ensure_dataset
 from hpcshuffle.studies.probe_predict import (
     FORECASTS,
-    OUT_OF_SAMPLE,
     POOLED,
+    cell_epochs,
     comparison_text,
     envelope_cells,
     measure_all,
     model_errors,
+    placements,
     predict,
     prediction_text,
     probe_once,
@@ -97,10 +99,11 @@ def step_predict(args: argparse.Namespace, cluster, dataset: Path) -> None:
     (args.out / "probes.json").write_text(json.dumps(document, indent=1) + "\n")
     (args.out / "platform.yaml").write_text(repeat_text(cluster.settings, probes[0], (dataset.name, SAMPLES),
                                                         max(args.nodes)))
-    if (args.past / "measured.json").exists():  # an earlier probe round: its predictions came before its runs
+    out_of_sample = (args.past / "measured.json").exists()  # an earlier probe round, predicted before its runs
+    if out_of_sample:
         errors = round_errors(json.loads((args.past / "predicted.json").read_text()),
                               json.loads((args.past / "measured.json").read_text()))
-        how = f"measured.json over predicted.json's medians ({OUT_OF_SAMPLE})"
+        how = "measured.json over predicted.json's medians (committed before those runs)"
     else:
         errors = model_errors(json.loads((args.past / "scaling.json").read_text())["runs"],
                               json.loads((args.past / "predicted.json").read_text())["runs"])
@@ -109,7 +112,9 @@ def step_predict(args: argparse.Namespace, cluster, dataset: Path) -> None:
                     lambda line: print(line, file=sys.stderr, flush=True), errors=errors)
     past = f"{args.past.relative_to(REPO)}: {how}, {len(errors)} runs"
     (args.out / "predicted.json").write_text(json.dumps({"written": document["written"], "model_errors": errors,
-                                                         "model_errors_from": past, "cells": cells}, indent=1) + "\n")
+                                                         "model_errors_from": past,
+                                                         "model_errors_out_of_sample": out_of_sample,
+                                                         "cells": cells}, indent=1) + "\n")
     (args.out / "predicted.txt").write_text(prediction_text(document["written"], past, cells))
     print(f"wrote {args.out / 'probes.json'} and {args.out / 'predicted.json'}: commit them before `measure`")
 
@@ -129,7 +134,7 @@ def step_resimulate(args: argparse.Namespace) -> None:
              "prediction; seconds per epoch, median over the probe repeats (error: over the measured median)",
              f"{'nodes':>5} {'run':<12} {'measured':>9} {'committed':>16} {'today [p10, p90]':>30}"]
     for cell in cells:
-        measured = statistics.median(r["epoch_s"] for r in runs if (r["nodes"], r["run"]) == (cell["nodes"], cell["run"]))
+        measured = statistics.median(cell_epochs(runs, cell["nodes"], cell["run"]))
         then, now = committed[(cell["nodes"], cell["run"])], cell["epoch_s"]
         lines.append(f"{cell['nodes']:>5} {cell['run']:<12} {measured:>9.2f} {then:>9.2f} ({then / measured - 1:+4.0%}) "
                      f"{now['median']:>9.2f} [{now['p10']:6.2f}, {now['p90']:6.2f}] ({now['median'] / measured - 1:+4.0%})")
@@ -149,13 +154,13 @@ def main() -> None:
         envelope_from = "predicted.json, committed with the model's predictions"
         if any("envelope" not in cell for cell in predicted["cells"]):  # a round predicted before the envelope
             probed = json.loads((args.out / "probes.json").read_text())
-            envelopes = envelope_cells(probed["cluster"], probed["probes"], tuple(probed["dataset"]),
-                                       probed["nodes"], STRATEGIES)
+            envelopes = envelope_cells(placements(probed["cluster"], probed["probes"], tuple(probed["dataset"]),
+                                                  probed["nodes"], STRATEGIES))
             for cell in predicted["cells"]:
                 cell["envelope"] = envelopes[(cell["nodes"], cell["run"])]
             envelope_from = (f"computed {time.strftime('%Y-%m-%d', time.gmtime())} from probes.json, after the runs "
                              "(the round predates the envelope; it has no knob a run could have set)")
-        forecasts = {**FORECASTS, **(POOLED if OUT_OF_SAMPLE in predicted["model_errors_from"] else {})}
+        forecasts = {**FORECASTS, **(POOLED if predicted.get("model_errors_out_of_sample") else {})}
         found = scores(predicted["cells"], measured["runs"], forecasts)
         document = {"predicted": predicted["written"], "measured": measured["written"], "envelope_from": envelope_from,
                     **found}

@@ -103,25 +103,31 @@ def model_errors(measured_runs: list[dict], simulated_runs: list[dict]) -> list[
             if (key := (row["workers"], row["shuffle"], row["q"])) in simulated]
 
 
-def repeat_platforms(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int]):
-    """(repeat, nodes, platform) for every probe repeat and node count to predict (`repeat_text`)."""
+def placements(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int],
+               labels: list[str]):
+    """What a round simulates: ((nodes, label), repeat, platform, scenario) for every probe repeat (its
+    platform: `repeat_text`), node count and label, at seed = the repeat's number."""
     for repeat, measured in enumerate(probes):
         for nodes in node_counts:
-            yield repeat, nodes, platform_from_dict(yaml.safe_load(repeat_text(settings, measured, dataset, nodes)),
-                                                    f"probe repeat {repeat}, {nodes} readers")
+            platform = platform_from_dict(yaml.safe_load(repeat_text(settings, measured, dataset, nodes)),
+                                          f"probe repeat {repeat}, {nodes} readers")
+            for label in labels:
+                yield (nodes, label), repeat, platform, scenario_of(label, nodes, dataset[0], repeat)
 
 
-def envelope_cells(settings: dict, probes: list[dict], dataset: tuple[str, int], node_counts: list[int],
-                   labels: list[str]) -> dict[tuple[int, str], dict]:
-    """Per (nodes, label): the back-of-envelope epoch (scale/envelope.py) of every probe repeat's platform,
-    as a median and p10-p90 over the repeats, the interval built as the model's is. It is arithmetic on the
-    probe alone: no knob, no draw, nothing fitted to a run."""
+def envelope_cells(placed) -> dict[tuple[int, str], dict]:
+    """Per (nodes, label) of `placed` (`placements`): the back-of-envelope epoch (scale/envelope.py) of every
+    probe repeat's platform, as a median and p10-p90 over the repeats, the interval built as the model's is.
+    It is arithmetic on the probe alone: no knob, no draw, nothing fitted to a run."""
     epochs: dict[tuple[int, str], list[float]] = {}
-    for _, nodes, platform in repeat_platforms(settings, probes, dataset, node_counts):
-        for label in labels:
-            epochs.setdefault((nodes, label), []).append(
-                envelope(platform, scenario_of(label, nodes, dataset[0], 0))["epoch_s"])
+    for cell, _, platform, scenario in placed:
+        epochs.setdefault(cell, []).append(envelope(platform, scenario)["epoch_s"])
     return {cell: Spread.of(values).as_dict() for cell, values in epochs.items()}
+
+
+def cell_epochs(runs: list[dict], nodes: int, run: str) -> list[float]:
+    """The measured epochs of one (nodes, run) cell."""
+    return [row["epoch_s"] for row in runs if (row["nodes"], row["run"]) == (nodes, run)]
 
 
 def round_errors(predicted: dict, measured: dict) -> list[float]:
@@ -141,15 +147,12 @@ def predict(settings: dict, probes: list[dict], dataset: tuple[str, int], node_c
     """Per (nodes, label): the simulated epoch at every probe repeat (seed = the repeat's number), and
     their median, p10 and p90 ("epoch_s"); with `errors` (`model_errors`), also the spread of every
     repeat's epoch times every error ("with_model_error")."""
-    runs, cells = [], []
-    for repeat, nodes, platform in repeat_platforms(settings, probes, dataset, node_counts):
-        for label in labels:
-            runs.append((f"probe {repeat}", platform, scenario_of(label, nodes, dataset[0], repeat)))
-            cells.append((nodes, label))
-    per_cell: dict[tuple[int, str], list[dict]] = {cell: [] for cell in cells}
-    for cell, result in zip(cells, simulate_each(runs, progress, jobs, simulate)):
+    placed = list(placements(settings, probes, dataset, node_counts, labels))
+    runs = [(f"probe {repeat}", platform, scenario) for _, repeat, platform, scenario in placed]
+    per_cell: dict[tuple[int, str], list[dict]] = {cell: [] for cell, *_ in placed}
+    for (cell, *_), result in zip(placed, simulate_each(runs, progress, jobs, simulate)):
         per_cell[cell].append({"epoch_s": result.epoch_s, **{f"{phase}_s": s for phase, s in result.phases().items()}})
-    envelopes = envelope_cells(settings, probes, dataset, node_counts, labels)
+    envelopes = envelope_cells(placed)
     cells_out = []
     for (nodes, label), each in per_cell.items():
         epochs = [r["epoch_s"] for r in each]
@@ -185,7 +188,7 @@ def comparison(predicted: list[dict], measured: list[dict], interval: str) -> tu
              f" {'error':>6}  inside"]
     inside = cells = 0
     for cell in predicted:
-        epochs = [row["epoch_s"] for row in measured if (row["nodes"], row["run"]) == (cell["nodes"], cell["run"])]
+        epochs = cell_epochs(measured, cell["nodes"], cell["run"])
         if not epochs:
             continue
         spread, median = cell[interval], statistics.median(epochs)
@@ -201,7 +204,6 @@ def comparison(predicted: list[dict], measured: list[dict], interval: str) -> tu
 ALPHA = 0.2  # the 80 % interval, p10 to p90
 FORECASTS = {"model": "epoch_s", "envelope": "envelope"}  # what is scored: each cell's key in predicted.json
 POOLED = {"model_pooled": "with_model_error"}  # scored too where the pool is out of sample (`round_errors`)
-OUT_OF_SAMPLE = "committed before those runs"  # how predicted.json's model_errors_from says so
 
 
 def interval_score(low: float, high: float, outcome: float, alpha: float = ALPHA) -> float:
@@ -218,7 +220,7 @@ def scores(cells: list[dict], runs: list[dict], forecasts: dict[str, str] = FORE
     covered / cells) and the mean interval score (seconds). A cell is scored where it was measured."""
     scored = []
     for cell in cells:
-        epochs = [row["epoch_s"] for row in runs if (row["nodes"], row["run"]) == (cell["nodes"], cell["run"])]
+        epochs = cell_epochs(runs, cell["nodes"], cell["run"])
         if not epochs:
             continue
         measured = statistics.median(epochs)
