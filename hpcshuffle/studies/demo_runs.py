@@ -24,7 +24,7 @@ from pathlib import Path
 
 from hpcshuffle.analysis.report import breakdown_table, run_summary
 from hpcshuffle.studies.readme_blocks import rewrite_block
-from hpcshuffle.studies.runs import REPO, launch_environment
+from hpcshuffle.studies.runs import REPO, launch_environment, records
 
 BEGIN = "<!-- demo: made by `python -m hpcshuffle.studies.demo_runs` from results/reference/demo; do not edit -->"
 END = "<!-- demo: end -->"
@@ -35,11 +35,7 @@ RANKS, EPOCHS = 4, 4  # the Makefile's RANKS and EPOCHS
 
 def complete(repeat: Path) -> bool:
     """Every strategy of the repeat has all its epochs."""
-    for name in STRATEGIES:
-        metrics = repeat / name / "metrics.jsonl"
-        if not metrics.exists() or len(metrics.read_text().splitlines()) < EPOCHS:
-            return False
-    return True
+    return all(len(records(repeat / name)) >= EPOCHS for name in STRATEGIES)
 
 
 def train(repeat: Path) -> None:
@@ -56,7 +52,7 @@ def repeat_row(repeat: Path) -> dict:
     """A repeat's steady epoch and io per strategy (the report's means: epochs after the first) and
     its ratios to LS."""
     means = {name: run_summary(repeat / name, skip_first=True) for name in STRATEGIES}
-    first = json.loads((repeat / "local" / "metrics.jsonl").read_text().splitlines()[0])
+    first = records(repeat / "local")[0]
     return {
         "run": repeat.name,
         "shared": first["shared"]["fs"] if first.get("shared") else "local disk",
