@@ -113,11 +113,13 @@ def assess(store: Store, target_ids: Iterable[int], catalog: Catalog, threads: i
     # crash past an exchange's barrier it may be the only copy of a sample another rank wants
     orphans = [i for i in sorted(store.orphans) if i < len(catalog)]
     orphan_sources = stat_sources(catalog, [i for i in orphans if i not in wanted], threads)
-    for sample_id in orphans:
-        source = sources.get(sample_id) or orphan_sources[sample_id]
-        store.adopt(replace(catalog.meta(sample_id), source_mtime_ns=source.mtime_ns))
-    adopted = len(wanted.intersection(orphans))
-    store.discard_orphans()  # ids beyond this dataset
+    taken = {
+        sample_id for sample_id in orphans
+        if store.adopt(replace(catalog.meta(sample_id),
+                               source_mtime_ns=(sources.get(sample_id) or orphan_sources[sample_id]).mtime_ns))
+    }
+    adopted = len(wanted & taken)
+    store.discard_orphans()  # ids beyond this dataset, and packed ones whose bytes were freed before a crash
     staged = sorted(wanted & store.ids())
     changed = [
         i for i in staged

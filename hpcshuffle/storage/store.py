@@ -242,20 +242,31 @@ class Store:
         end = pack.payload_bytes if after is None else pack.offsets[after]
         return start, end, before is None and after is None
 
-    def adopt(self, meta: SampleMeta) -> None:
-        """Take an uncommitted sample (see `orphans`) back into the store; its checksum is computed here."""
+    def adopt(self, meta: SampleMeta) -> bool:
+        """Take an uncommitted sample (see `orphans`) back into the store; True if it was taken.
+
+        A file of its own is whole (written under a temporary name, then renamed); its checksum
+        is computed here. A packed sample is taken only if its bytes still hash to the checksum
+        its pack's trailer recorded: a pack whose samples all left the store is deleted after
+        its other samples' ranges were punched, so a crash in between leaves an uncommitted pack
+        with holes where samples were (their other copies were committed elsewhere first). One
+        refused stays an orphan, for `discard_orphans`.
+        """
         orphan = self.orphans.pop(meta.sample_id)
         if isinstance(orphan, Path):
             checksum, nbytes = checksum_of(read_chunks(orphan))
             self._meta[meta.sample_id] = replace(meta, checksum=checksum, nbytes=nbytes)
             orphan.rename(self.path(meta.sample_id))
-            return
-        name, offset, nbytes = orphan
-        if name not in self._packs:
-            self._packs[name] = self._orphan_packs[name]
+            return True
+        name, offset, nbytes, recorded = orphan
+        pack, buffer = self._orphan_packs[name], bytearray(nbytes)
+        if not read_exact(pack.path, memoryview(buffer), offset, to_end=False) or xxhash.xxh3_64_hexdigest(buffer) != recorded:
+            self.orphans[meta.sample_id] = orphan
+            return False
+        self._packs.setdefault(name, pack)
         self._where[meta.sample_id] = (name, offset)
-        self._meta[meta.sample_id] = meta = replace(meta, nbytes=nbytes)  # read_bytes reads nbytes
-        self._meta[meta.sample_id] = replace(meta, checksum=xxhash.xxh3_64_hexdigest(self.read_bytes(meta.sample_id)))
+        self._meta[meta.sample_id] = replace(meta, checksum=recorded, nbytes=nbytes)
+        return True
 
     def discard_orphans(self) -> None:
         """Delete what `adopt` did not take: files, packs none of whose samples were adopted, and
@@ -326,7 +337,7 @@ class Store:
         on_disk = {int(p.name[:9]): p for p in self.samples_dir.iterdir() if p.name[:9].isdigit()}
         packs = {p.name[: -len(PACK_SUFFIX)]: str(p) for p in self.packs_dir.iterdir() if p.name.endswith(PACK_SUFFIX)}
         named = {name for name, _ in self._where.values()}
-        self.orphans: dict[int, Path | tuple[str, int, int]] = {}
+        self.orphans: dict[int, Path | tuple[str, int, int, str]] = {}
         self._orphan_packs: dict[str, Pack] = {}
         for name, path in sorted(packs.items()):
             try:
@@ -344,7 +355,7 @@ class Store:
             self._orphan_packs[name] = pack
             for meta, offset in zip(metas, offsets, strict=True):
                 if meta.sample_id not in self._meta:
-                    self.orphans[meta.sample_id] = (name, offset, meta.nbytes)
+                    self.orphans[meta.sample_id] = (name, offset, meta.nbytes, meta.checksum)
         gone = [i for i in self._meta if i not in on_disk and self._where.get(i, ("",))[0] not in self._packs]
         for sample_id in gone:
             del self._meta[sample_id]

@@ -105,6 +105,26 @@ def test_an_uncommitted_pack_is_orphans_adopted_or_discarded(root):
         assert dead_pack_bytes(root) == 0
 
 
+def test_a_crash_while_a_pack_is_freed_leaves_no_punched_sample_to_adopt(root):
+    """Both samples of a pack leave: the first's range is punched, the second deletes the pack.
+    Killed between the two, the pack is uncommitted; its punched sample must not come back as
+    held (its bytes are zeros now; its other copy is the receiver's)."""
+    with Store(root) as store:
+        packed(store, [30, 31, 32])
+        store.commit(0, "k")
+        freed = [store.detach(i) for i in (31, 30, 32)]  # 31 between live ones: punched; 32 deletes the pack
+        store.commit(1, "k")
+        release(freed[0])  # killed here
+    with Store(root) as again:
+        assert again.ids() == set() and set(again.orphans) == {30, 31, 32}
+        assert [again.adopt(meta(i)) for i in (30, 31, 32)] == [True, False, True]
+        again.discard_orphans()
+        assert again.ids() == {30, 32} and again.orphans == {}
+        assert again.read_bytes(30) == data(30) and again.read_bytes(32) == data(32)
+        again.commit(2, "k")
+    assert dead_pack_bytes(root) == 0
+
+
 def test_a_pack_the_manifest_names_but_is_gone_forgets_its_samples(root):
     with Store(root) as store:
         packed(store, [1, 2])
