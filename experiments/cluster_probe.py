@@ -5,6 +5,7 @@ write a `conf/platform/` file from. Runs on the nodes (under `srun`) and prints 
         --store /tmp/DIR [--files 200] [--model small_cnn] [--image-size 32] [--batch 32] [--repeats 10] \
         [--readers 1 2 3]
     srun -N 2 --ntasks-per-node 1 --mpi=pmi2 python experiments/cluster_probe.py allreduce [--model small_cnn]
+    srun -N 1 -n 1 python experiments/cluster_probe.py contention --ranks 3 [--iterations 60] [--model small_cnn]
 
 `node` times what a training rank does, through the loader's own code (hpcshuffle.storage.loader.Samples):
 reading dataset files from shared storage as GS reads them (pages dropped after each read) and the
@@ -13,7 +14,9 @@ same files from a node-local store, loading them from there as a batch (read, se
 decode, collate), writing and reading a large node-local file, and FW+BW of the model on a batch.
 Each timed pass follows an untimed one, so the storage server's own cache is as warm as after a
 run's first epoch. `allreduce` times the gradient allreduce the training loop makes
-(`learner.average_gradients`, gloo) between two ranks.
+(`learner.average_gradients`, gloo) between two ranks. `contention` runs K processes on the node doing
+FW+BW in lockstep (a barrier after each step), as K training ranks sharing the node's cores do, and
+times an iteration; scale/jitter.py turns it into the model's `exchange.noise`.
 The MPI link itself is `python -m hpcshuffle.scale.pingpong`.
 """
 
@@ -23,7 +26,7 @@ import argparse
 import json
 from pathlib import Path
 
-from hpcshuffle.studies.node_probe import probe_allreduce, probe_node
+from hpcshuffle.studies.node_probe import contention, probe_allreduce, probe_node
 
 
 def main() -> None:
@@ -41,10 +44,18 @@ def main() -> None:
     for sub in (node, probes.add_parser("allreduce", help="the gradient allreduce between the ranks (gloo)")):
         sub.add_argument("--model", default="small_cnn")
         sub.add_argument("--repeats", type=int, default=10)
+    lockstep = probes.add_parser("contention", help="K ranks' FW+BW in lockstep on this node's cores")
+    lockstep.add_argument("--ranks", type=int, required=True)
+    lockstep.add_argument("--iterations", type=int, default=60)
+    lockstep.add_argument("--model", default="small_cnn")
+    lockstep.add_argument("--image-size", type=int, default=32)
+    lockstep.add_argument("--batch", type=int, default=32)
     args = parser.parse_args()
     if args.probe == "node":
         result = probe_node(Path(args.root), Path(args.big), Path(args.store), args.files, args.image_size, args.batch,
                             args.model, args.repeats, tuple(args.readers))
+    elif args.probe == "contention":
+        result = contention(args.model, 10, args.image_size, args.batch, args.ranks, args.iterations)
     else:
         result = probe_allreduce(args.model, args.repeats)
     if result is not None:

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import yaml
 
+from hpcshuffle.scale.jitter import fit_noise
 from hpcshuffle.scale.platform_yaml import load_platform, platform_from_dict
 
 RATE_UNITS = {"bit": 1 / 8, "kbit": 1e3 / 8, "mbit": 1e6 / 8, "gbit": 1e9 / 8, "tbit": 1e12 / 8,
@@ -87,7 +88,7 @@ allreduce:
 exchange:                           # [THIS] not measured on the cluster
   cpu_per_sample: {exchange_cpu:.4e}     # [THIS]
   epoch_overhead: {exchange_epoch:.4e}     # [THIS]
-
+{noise}
 models:
   {model}:
     # forward + backward of a batch of {batch} inputs of {image_size}×{image_size} on one thread, per sample
@@ -128,6 +129,20 @@ def write_platform(path: Path, settings: dict, measured: dict, ranks_per_node: i
     path.write_text(text)
 
 
+def noise_lines(contention: dict, node: dict, batch: int) -> str:
+    """The exchange's `noise` lines from a contention probe (experiments/cluster_probe.py contention): the
+    jitter whose mean makes the engine's fair sharing of the cores give the iteration measured with that
+    many ranks in lockstep, each rank's FW+BW the node's own (scale/jitter.py)."""
+    step_s = node["fwbw_per_sample_s"] * batch
+    noise = fit_noise(step_s, contention["iteration_s"], contention["ranks"], contention["cpus"])
+    fitted = f"{{dist: lognormal, mean: {noise.mean:.4e}, cv: {noise.cv}}}" if noise.mean else "{dist: fixed, mean: 0.0}"
+    return (f"  # experiments/cluster_probe.py contention on one node: {contention['ranks']} ranks' FW+BW in lockstep on the "
+            f"{contention['cpus']} cores took {contention['iteration_s']:.4g} s "
+            f"an iteration\n  # (p10-p90 {contention['iteration_p10_s']:.3g}-{contention['iteration_p90_s']:.3g}); "
+            f"each alone {step_s:.3g} s [NODE]:\n  # the mean fitted to that by hpcshuffle/scale/jitter.py, the cv assumed\n"
+            f"  noise: {fitted}\n")
+
+
 def platform_text(settings: dict, measured: dict, ranks_per_node: int, model: str, dataset: tuple[str, int],
                   image_size: int, batch: int, written_by: str = "experiments/cluster_scaling.py") -> str:
     """The platform yaml, every number with a comment naming its source (and `written_by`, the script).
@@ -151,6 +166,7 @@ def platform_text(settings: dict, measured: dict, ranks_per_node: int, model: st
     shared_latency = beyond_bytes - client_cpu
     loader_cpu = node["loaded_per_file_s"] - node["local_file_s"]
     alpha = (allreduce["allreduce_s"] - allreduce["gradient_bytes"] / link["bandwidth_Bps"]) / 2
+    noise = noise_lines(measured["contention"], node, batch) if "contention" in measured else ""
     values = {
         "nodes": settings["nodes"], "link": settings["link"], "storage_link": settings["storage_link"],
         "latency": settings["storage_latency_ms"], "ranks_per_node": ranks_per_node, "cpus": node["cpus"],
@@ -166,7 +182,7 @@ def platform_text(settings: dict, measured: dict, ranks_per_node: int, model: st
         "allreduce_s": allreduce["allreduce_s"], "exchange_cpu": this_machine.cpu_per_sample,
         "exchange_epoch": this_machine.epoch_overhead, "model": model, "fwbw": node["fwbw_per_sample_s"],
         "gradient_bytes": node["gradient_bytes"], "dataset": dataset[0], "samples": dataset[1],
-        "sample_bytes": sample_bytes, "big_mib": round(node["big_bytes"] / 2**20),
+        "sample_bytes": sample_bytes, "big_mib": round(node["big_bytes"] / 2**20), "noise": noise,
     }
     header = HEADER.format(written_by=written_by, date=datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                            settings=" ".join(f"{k}={v}" for k, v in settings.items()), files=node["files"],

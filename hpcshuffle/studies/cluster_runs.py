@@ -80,6 +80,15 @@ def node_rates(cluster: Cluster, dataset: Path, files: int, repeats: int, reader
         *(["--readers", *map(str, readers)] if readers else [])))
 
 
+def contention_rates(cluster: Cluster, ranks: int, iterations: int) -> dict:
+    """experiments/cluster_probe.py contention on one node: `ranks` processes' FW+BW in lockstep on its
+    cores (the cluster's Slurm binds no task to a core: TaskPlugin=task/none)."""
+    return last_json(cluster.step(
+        "srun", *cluster.placement(), "--nodes=1", "--ntasks=1", str(BIN / "python"), "experiments/cluster_probe.py",
+        "contention", f"--ranks={ranks}", f"--iterations={iterations}", f"--image-size={IMAGE_SIZE}",
+        f"--batch={BATCH}", f"--model={MODEL}"))
+
+
 def pingpong(repeats: int) -> list[str]:
     """The MPI ping-pong's command (4 MiB messages), for an srun of two ranks."""
     return [str(BIN / "python"), "-m", "hpcshuffle.scale.pingpong", str(4 << 20), str(repeats)]

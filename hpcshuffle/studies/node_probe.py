@@ -7,6 +7,7 @@ server's own cache is as warm as after a run's first epoch."""
 from __future__ import annotations
 
 import os
+import queue
 import shutil
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import numpy as np
 import psutil
 
 CHUNK = 1 << 20
+RANK_WAIT_S = 600  # for every rank of the contention probe to finish
 
 
 def timed(action, repeats: int = 1) -> float:
@@ -158,6 +160,65 @@ def compute(model_name: str, classes: int, image_size: int, batch: int, repeats:
 
     fwbw_s = timed(step, repeats) / batch
     return {"fwbw_per_sample_s": fwbw_s, "gradient_bytes": 4.0 * sum(p.numel() for p in model.parameters())}
+
+
+def _lockstep(barrier, results, rank: int, model_name: str, classes: int, image_size: int, batch: int,
+              iterations: int) -> None:
+    """One of `contention`'s ranks: `iterations` FW+BW steps, each followed by a barrier with the others,
+    as synchronous SGD's allreduce makes them wait; puts (rank, iteration walls, own step seconds)."""
+    import torch
+
+    from hpcshuffle.models import build
+
+    torch.set_num_threads(1)
+    model, loss_fn = build(model_name, num_classes=classes), torch.nn.CrossEntropyLoss()
+    images, labels = torch.randn(batch, 3, image_size, image_size), torch.randint(0, classes, (batch,))
+
+    def step() -> None:
+        model.zero_grad(set_to_none=True)
+        loss_fn(model(images), labels).backward()
+
+    step()  # untimed: the first step allocates
+    walls, steps = [], []
+    barrier.wait()
+    last = time.perf_counter()
+    for _ in range(iterations):
+        step()
+        steps.append(time.perf_counter() - last)
+        barrier.wait()
+        now = time.perf_counter()
+        walls.append(now - last)
+        last = now
+    results.put((rank, walls, steps))
+
+
+def contention(model_name: str, classes: int, image_size: int, batch: int, ranks: int, iterations: int) -> dict:
+    """`ranks` processes on this node doing FW+BW on a batch in lockstep (a barrier after every step),
+    one thread each, as that many training ranks do when they share the node's cores: the mean and
+    spread of an iteration (barrier to barrier, rank 0's clock), and each step's own seconds."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("spawn")  # torch in the children, none of its threads forked
+    barrier, results = context.Barrier(ranks), context.Queue()
+    workers = [context.Process(target=_lockstep, args=(barrier, results, rank, model_name, classes, image_size,
+                                                       batch, iterations)) for rank in range(ranks)]
+    for worker in workers:
+        worker.start()
+    try:
+        gathered = sorted(results.get(timeout=RANK_WAIT_S) for _ in workers)
+    except queue.Empty:
+        codes = [worker.exitcode for worker in workers]
+        for worker in workers:
+            worker.kill()
+        raise RuntimeError(f"the contention probe's ranks did not all finish within {RANK_WAIT_S} s "
+                           f"(exit codes {codes}; None: still running): lower --iterations, or see their errors above") from None
+    for worker in workers:
+        worker.join()
+    walls = np.array(gathered[0][1])
+    steps = np.array([row[2] for row in gathered])
+    return {"ranks": ranks, "iterations": iterations, "iteration_s": float(walls.mean()),
+            "iteration_p10_s": float(np.percentile(walls, 10)), "iteration_p90_s": float(np.percentile(walls, 90)),
+            "step_s": float(steps.mean()), "cpus": os.cpu_count()}
 
 
 def probe_node(root: Path, big: Path, store: Path, files: int, image_size: int, batch: int, model: str,

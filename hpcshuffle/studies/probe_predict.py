@@ -4,11 +4,11 @@ predict the epochs of more nodes with an interval, then measure those epochs sev
 - **Probe** (`probe_once`, repeated): everything on ONE node. Its storage and compute rates through
   the loader's code (experiments/cluster_probe.py node), the shared storage's rate with 1…k reader
   threads at once, the MPI link between two ranks of that node forced through MPICH's network module
-  (`MPIR_CVAR_NOLOCAL=1`, as ranks on different nodes talk), and the gradient allreduce between two
-  ranks of that node (gloo, over TCP).
+  (`MPIR_CVAR_NOLOCAL=1`, as ranks on different nodes talk), the gradient allreduce between two
+  ranks of that node (gloo, over TCP), and 1…k processes' FW+BW in lockstep on the node's cores.
 - **Predict** (`predict`): each probe repeat becomes a platform (`repeat_text`: studies/cluster_platform's
   yaml, its shared `read_bandwidth` the rate the probe measured with as many readers as the prediction
-  has nodes), simulated by `hpcshuffle scale`'s engine at seed = the repeat's number. A cell's predicted
+  has nodes, its `exchange.noise` fitted to the lockstep iteration of as many processes: scale/jitter.py), simulated by `hpcshuffle scale`'s engine at seed = the repeat's number. A cell's predicted
   interval is the median and the 10–90 % range over the repeats: how far the answer moves with the
   machine's own variation between probes, and with the simulation's seed. A second, wider interval
   adds the model's own error out of sample, as an earlier comparison of the same kind measured it
@@ -43,6 +43,7 @@ from hpcshuffle.studies.cluster_runs import (
     IMAGE_SIZE,
     MODEL,
     allreduce_probe,
+    contention_rates,
     last_json,
     measured_run,
     node_rates,
@@ -54,15 +55,18 @@ from hpcshuffle.studies.runs import strategy_overrides
 
 LINK_WHERE = "between two ranks of one node through the network module (srun -N 1 -n 2, MPIR_CVAR_NOLOCAL=1)"
 ALLREDUCE_WHERE = "srun -N 1 -n 2: two ranks of one node, gloo over TCP"
+CONTENTION_ITERATIONS = 60  # FW+BW steps in lockstep per contention probe
 INTERVALS = {"epoch_s": "the interval over the probe's repeats alone",
              "with_model_error": "the interval with the model's earlier out-of-sample errors (--past)"}
 
 
 def probe_once(cluster: Cluster, dataset: Path, files: int, repeats: int, readers: tuple[int, ...]) -> dict:
     """One repeat of the one-node probe: {"node" (with "concurrent": the storage with k readers), "link",
-    "allreduce", "intra_node"}, each as experiments/cluster_probe.py and scale.pingpong print it."""
+    "allreduce", "intra_node", "contention" (k ranks' FW+BW in lockstep, for each k of `readers`)}, each as
+    experiments/cluster_probe.py and scale.pingpong print it."""
     two_ranks = ["srun", *cluster.placement(), "--nodes=1", "--ntasks=2", "--mpi=pmi2"]
     return {"node": node_rates(cluster, dataset, files, repeats, readers),
+            "contention": [contention_rates(cluster, k, CONTENTION_ITERATIONS) for k in readers],
             "link": {**last_json(cluster.step(*two_ranks, "env", "MPIR_CVAR_NOLOCAL=1", *pingpong(repeats))),
                      "where": LINK_WHERE},
             "allreduce": {**last_json(cluster.step(*two_ranks, *allreduce_probe(repeats))), "where": ALLREDUCE_WHERE},
@@ -81,10 +85,14 @@ def read_rate(measured: dict, readers: int) -> float:
 def repeat_text(settings: dict, measured: dict, dataset: tuple[str, int], nodes: int) -> str:
     """The platform yaml of one probe repeat for predicting `nodes` nodes: cluster_platform's, with the
     shared storage's bandwidth the one measured with `nodes` readers at once (so the per-file latency
-    is what a single reader's file took beyond its bytes at that rate)."""
+    is what a single reader's file took beyond its bytes at that rate) and, where the probe measured it
+    (rounds from 2026-11-29 on), the training thread's jitter with `nodes` ranks sharing the cores."""
     node = {**measured["node"], "shared_read_Bps": read_rate(measured, nodes),
             "shared_read_how": f"{nodes} threads reading the dataset's files at once, their bytes/s together"}
-    return platform_text(settings, {**measured, "node": node}, 1, MODEL, dataset, IMAGE_SIZE, BATCH,
+    repeat = {**measured, "node": node}
+    if "contention" in measured:
+        repeat["contention"] = next(c for c in measured["contention"] if c["ranks"] == nodes)
+    return platform_text(settings, repeat, 1, MODEL, dataset, IMAGE_SIZE, BATCH,
                          "experiments/scale_probe_predict.py (one probe repeat)")
 
 

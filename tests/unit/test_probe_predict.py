@@ -8,7 +8,9 @@ import copy
 import pytest
 import yaml
 
+from hpcshuffle.scale.jitter import mean_iteration
 from hpcshuffle.scale.platform_yaml import platform_from_dict
+from hpcshuffle.studies.cluster_runs import BATCH
 from hpcshuffle.studies.probe_predict import (
     comparison,
     interval_score,
@@ -43,6 +45,19 @@ def test_a_repeat_platform_reads_at_the_rate_measured_with_as_many_readers_as_no
     assert "2 threads reading the dataset's files at once" in text
     with pytest.raises(ValueError, match=r"not 3: probe with --readers up to the largest node count"):
         repeat_text(SETTINGS, probe(0.004, (1.0e8, 5.0e7)), ("data-256", 256), 3)
+
+
+def test_a_repeat_platform_carries_the_jitter_measured_with_as_many_ranks_as_nodes():
+    measured = probe(0.004, (1.0e8, 5.0e7))
+    assert platform_from_dict(yaml.safe_load(repeat_text(SETTINGS, measured, ("data-256", 256), 2)),
+                              "old").exchange.noise.mean == 0  # a probe from before the contention probe
+    step_s = measured["node"]["fwbw_per_sample_s"] * BATCH
+    measured["contention"] = [{"ranks": k, "cpus": 2, "iteration_s": 3 * step_s, "iteration_p10_s": step_s,
+                               "iteration_p90_s": 5 * step_s, "iterations": 60, "step_s": 3 * step_s} for k in (1, 2)]
+    text = repeat_text(SETTINGS, measured, ("data-256", 256), 2)
+    noise = platform_from_dict(yaml.safe_load(text), "repeat").exchange.noise
+    assert noise.dist == "lognormal" and mean_iteration(step_s, noise, 2, 2) == pytest.approx(3 * step_s, rel=1e-6)
+    assert "2 ranks' FW+BW in lockstep on the 2 cores" in text
 
 
 def test_each_strategy_label_is_simulated_with_its_own_q():
