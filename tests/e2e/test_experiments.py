@@ -128,3 +128,14 @@ def test_accuracy_study_names_an_override_read_as_a_strategy():
     assert result.returncode == 2
     assert "--strategies batch_size=4: a Hydra override, not a strategy; put overrides after an option" \
         in result.stderr
+
+
+def test_the_contention_probe_times_ranks_in_lockstep():
+    """experiments/cluster_probe.py contention, as the probe → predict round runs it on a node: two ranks'
+    FW+BW in lockstep print one JSON object that scale/jitter.py can fit."""
+    done = run("experiments/cluster_probe.py", "contention", "--ranks", "2", "--iterations", "4", "--batch", "4")
+    measured = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (measured["ranks"], measured["iterations"]) == (2, 4)
+    # an iteration waits for the slower rank's step, and rank 0's clock runs from barrier to barrier
+    assert measured["iteration_p10_s"] <= measured["iteration_s"] <= measured["iteration_p90_s"]
+    assert 0 < measured["step_s"] <= measured["iteration_p90_s"]
