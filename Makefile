@@ -8,7 +8,7 @@ RANKS ?= 4
 EPOCHS ?= 4
 DEMO := results/demo
 
-.PHONY: install simgrid demo check test test-stress clean
+.PHONY: install simgrid peers demo check test test-stress clean
 
 install: $(STAMP) simgrid
 
@@ -30,6 +30,23 @@ demo: $(STAMP)
 	rm -rf $(DEMO)
 	PATH=$(CURDIR)/$(BIN):$$PATH bash scripts/demo.sh $(RANKS) $(EPOCHS) $(DEMO)
 
+# MosaicML Streaming, the peer measured beside hpcshuffle (docs/peers.md), in a venv of its own: Streaming 0.13
+# pins numpy < 2.2 and imports transformers. Its cloud SDKs are left out (--no-deps; it reads local and /pfs
+# paths here); torch and hpcshuffle come from ./.venv, after its own packages on sys.path.
+PEERS := .venv-peers
+PEERS_STAMP := $(PEERS)/.installed
+peers: $(PEERS_STAMP)
+
+$(PEERS_STAMP): $(STAMP)
+	test -x $(PEERS)/bin/python || $(PYTHON) -m venv $(PEERS)
+	$(PEERS)/bin/pip install --quiet --no-deps mosaicml-streaming==0.13.0
+	$(PEERS)/bin/pip install --quiet "numpy<2.2" "xxhash<4" zstd Brotli python-snappy tqdm catalogue filelock \
+		"transformers>=4.21.3,<5"
+	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> "$$($(PEERS)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_hpcshuffle_venv.pth"
+	$(PEERS)/bin/python -c "import streaming, torch, hpcshuffle, numpy; print('Streaming', streaming.__version__, 'numpy', numpy.__version__)"
+	touch $(PEERS_STAMP)
+
 # the inner loop, in a few minutes: lint (ruff), the layer contract (import-linter), then the unit
 # tier, stopping at the first failure (docs/testing.md)
 check: $(STAMP) simgrid
@@ -39,16 +56,16 @@ check: $(STAMP) simgrid
 
 # -rs prints why a test skipped: without root and without a running Slurm the Slurm tier skips, saying so;
 # the 15 slowest tests and the time by tier (tests/conftest.py) close the report
-test: $(STAMP) simgrid
+test: $(STAMP) simgrid peers
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs --durations=15 tests
 
 # the suite as a slower machine runs it: a CPU hog busy on core 0 the whole time (stopped by its PID at the
 # end, pass or fail); the tests' deadlines scale by the slowdown they measure at the start (docs/testing.md)
-test-stress: $(STAMP) simgrid
+test-stress: $(STAMP) simgrid peers
 	@taskset -c 0 $(BIN)/python -c "while True: pass" & hog=$$!; \
 	echo "CPU hog on core 0: pid $$hog"; \
 	PATH=$(CURDIR)/$(BIN):$$PATH $(BIN)/python -m pytest -q -rs --durations=15 tests; status=$$?; \
 	kill $$hog; exit $$status
 
 clean:
-	rm -rf $(VENV) results/runs results/demo data
+	rm -rf $(VENV) $(PEERS) results/runs results/demo data

@@ -6,9 +6,18 @@ at the epoch's start (strategies that keep stores), and did every sent sample ar
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 
 from hpcshuffle.files import read_jsonl
+
+
+def epoch_exactness(ids: Iterable[int], num_samples: int) -> tuple[int, int]:
+    """(samples of 0..num_samples-1 missing from `ids`, occurrences beyond each sample's first): of one
+    epoch's trained ids from every rank together, or of what every store held."""
+    counts = Counter(ids)
+    lost = num_samples - sum(1 for i in counts if 0 <= i < num_samples)
+    return lost, sum(counts.values()) - len(counts)
 
 
 def audit_problems(run_dir: Path) -> list[str]:
@@ -37,17 +46,14 @@ def audit_problems(run_dir: Path) -> list[str]:
     for epoch, rows in sorted(by_epoch.items()):
         if sorted(rows) != list(range(workers)):
             problems.append(f"epoch {epoch}: audit rows of ranks {sorted(rows)}, expected 0..{workers - 1}")
-        trained = Counter(i for row in rows.values() for i in row["trained"])
-        untrained = num_samples - sum(1 for i in trained if 0 <= i < num_samples)
-        repeats = sum(trained.values()) - len(trained)
+        untrained, repeats = epoch_exactness((i for row in rows.values() for i in row["trained"]), num_samples)
         if untrained:
             problems.append(f"epoch {epoch}: {untrained} of {num_samples} samples trained on by no rank (lost)")
         if repeats > padding:
             problems.append(f"epoch {epoch}: {repeats} samples trained again, {padding} allowed (duplicated)")
-        held = Counter(i for row in rows.values() for i in row["held"])
+        held = [i for row in rows.values() for i in row["held"]]
         if held:  # a strategy with stores: each sample in exactly one of them
-            lost = num_samples - sum(1 for i in held if 0 <= i < num_samples)
-            copies = sum(count - 1 for count in held.values())
+            lost, copies = epoch_exactness(held, num_samples)
             if lost or copies:
                 problems.append(f"epoch {epoch}: the stores hold {lost} samples in no store and {copies} extra copies")
     return problems

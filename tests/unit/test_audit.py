@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from hpcshuffle.analysis.audit import audit_problems
+from hpcshuffle.analysis.audit import audit_problems, epoch_exactness
 
 N = 5  # two ranks train ⌈5/2⌉ = 3 samples each: one sample may be trained twice
 
@@ -52,3 +52,8 @@ def test_sends_without_receipts_a_missing_rank_and_a_missing_audit_are_named(tmp
     assert any("audit rows of ranks [0], expected 0..1" in p for p in problems)
     no_audit = write_run(tmp_path / "no-audit", [[0]], [[0]], audit=False)
     assert audit_problems(no_audit) == [f"{no_audit}/audit.jsonl is missing: run with audit=true"]
+
+
+def test_epoch_exactness_counts_missing_samples_and_second_sightings():
+    assert epoch_exactness([3, 0, 1, 1, 1], 4) == (1, 2)  # 2 missing; 1 seen twice more
+    assert epoch_exactness(range(5), 5) == (0, 0)

@@ -1,0 +1,59 @@
+"""MosaicML Streaming as the peer it is measured as (experiments/streaming_peer.py, in .venv-peers): the
+dataset written as MDS shards holds every image's bytes unchanged, and the order Streaming gives two
+ranks covers every sample once an epoch, with its default shuffle (py1e), with py1br, and with a cache
+smaller than the dataset. The comparison on the namespace cluster is a benchmark, not a test."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from tests.conftest import REPO, SMALL_SAMPLES
+
+pytestmark = pytest.mark.e2e
+PEERS = REPO / ".venv-peers" / "bin" / "python"
+RANKS = 2
+
+
+def peer(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    if not PEERS.exists():
+        pytest.fail(f"{PEERS} is missing: `make peers` makes it (`make test` does first)")
+    done = subprocess.run([str(PEERS), "experiments/streaming_peer.py", *args], cwd=REPO, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0 or not check, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
+
+
+@pytest.fixture(scope="module")
+def mds(small_dataset, tmp_path_factory):
+    out = tmp_path_factory.mktemp("streaming") / "mds"
+    written = json.loads(peer("write", f"--root={small_dataset}", f"--out={out}", "--shard-bytes=8192").stdout)
+    assert written["samples"] == SMALL_SAMPLES and written["shards"] > 4  # several shards to shuffle
+    return out
+
+
+def test_mds_shards_hold_each_image_unchanged_under_hpcshuffles_id(mds, small_dataset):
+    check = ("import sys; from streaming import LocalDataset; from hpcshuffle.formats import get_format; "
+             "d = LocalDataset(sys.argv[1]); c = get_format('imagefolder').scan(sys.argv[2], 'train'); "
+             "bad = [i for i in range(len(c)) if (d[i]['id'], d[i]['label'], d[i]['image']) != "
+             "(i, c.labels[i], c.path(i).read_bytes())]; print(len(d), bad)")
+    done = subprocess.run([str(PEERS), "-c", check, str(mds), str(small_dataset)], capture_output=True, text=True,
+                          timeout=300)
+    assert done.stdout.split() == [str(SMALL_SAMPLES), "[]"], done.stderr[-2000:]
+    again = peer("write", f"--root={small_dataset}", f"--out={mds}", check=False)
+    assert again.returncode != 0 and "exists: Streaming would mix its shards" in again.stderr
+
+
+@pytest.mark.parametrize("variant", [["--shuffle-algo=py1e"], ["--shuffle-algo=py1br", "--cache-limit=40000"]],
+                         ids=["py1e", "py1br-cache-limited"])
+def test_streamings_order_covers_every_sample_each_epoch(mds, tmp_path, variant):
+    found = json.loads(peer("order", f"--remote={mds}", f"--local={tmp_path / 'local'}", f"--ranks={RANKS}",
+                            "--epochs=2", "--batch=8", *variant).stdout)
+    padding = RANKS * -(-SMALL_SAMPLES // RANKS) - SMALL_SAMPLES
+    for epoch in found["epochs"]:
+        assert epoch["lost"] == 0, f"epoch {epoch['epoch']}: {epoch['lost']} samples reached no rank"
+        assert epoch["repeated"] <= padding and len(set(epoch["per_rank"])) == 1  # equal shares, as ours
+    first, second = ([i for ids in epoch["ids"] for i in ids] for epoch in found["epochs"])
+    assert first != second  # a new order each epoch
