@@ -32,7 +32,8 @@ demo: $(STAMP)
 
 # MosaicML Streaming, the peer measured beside hpcshuffle (docs/peers.md), in a venv of its own: Streaming 0.13
 # pins numpy < 2.2 and imports transformers. Its cloud SDKs are left out (--no-deps; it reads local and /pfs
-# paths here); torch and hpcshuffle come from ./.venv, after its own packages on sys.path.
+# paths here); torch and hpcshuffle come from ./.venv, after its own packages on sys.path, and mpi4py (which
+# hpcshuffle's modules import) finds the mpich wheel's libmpi there.
 PEERS := .venv-peers
 PEERS_STAMP := $(PEERS)/.installed
 peers: $(PEERS_STAMP)
@@ -42,7 +43,8 @@ $(PEERS_STAMP): $(STAMP)
 	$(PEERS)/bin/pip install --quiet --no-deps mosaicml-streaming==0.13.0
 	$(PEERS)/bin/pip install --quiet "numpy<2.2" "xxhash<4" zstd Brotli python-snappy tqdm catalogue filelock \
 		"transformers>=4.21.3,<5"
-	echo "import site; site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+	echo "import os, site; os.environ.setdefault('MPI4PY_LIBMPI', '$(CURDIR)/$(VENV)/lib/libmpi.so.12');" \
+		"site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
 		> "$$($(PEERS)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_hpcshuffle_venv.pth"
 	$(PEERS)/bin/python -c "import streaming, torch, hpcshuffle, numpy; print('Streaming', streaming.__version__, 'numpy', numpy.__version__)"
 	touch $(PEERS_STAMP)

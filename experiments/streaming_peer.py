@@ -1,18 +1,24 @@
 """MosaicML Streaming, the peer hpcshuffle is measured beside: a dataset written as Streaming's MDS shards,
-and the order Streaming's `StreamingDataset` gives each rank, audited for exactness (every sample once
-an epoch, over all ranks). Runs in the peers' own venv (`make peers`: .venv-peers, docs/peers.md), never
-in the project's: Streaming 0.13 pins numpy < 2.2 and imports transformers.
+and Streaming's `StreamingDataset` feeding ranks, either only listing the ids each rank gets or training
+hpcshuffle's model on them, audited for exactness (every sample once an epoch, over all ranks). Runs in
+the peers' own venv (`make peers`: .venv-peers, docs/peers.md), never in the project's: Streaming 0.13
+pins numpy < 2.2 and imports transformers.
 
     .venv-peers/bin/python experiments/streaming_peer.py write --root DATASET --out MDS [--shard-bytes 1048576]
-    .venv-peers/bin/python experiments/streaming_peer.py order --remote MDS --local DIR [--ranks 2] [--epochs 2]
-        [--shuffle-algo py1e] [--cache-limit BYTES] [--batch 32] [--seed 0]
+    .venv-peers/bin/python experiments/streaming_peer.py run --remote MDS --local DIR --out RUN [--ranks 2]
+        [--epochs 2] [--shuffle-algo py1e] [--cache-limit BYTES [--predownload SAMPLES]] [--batch 32]
+        [--seed 0] [--model small_cnn --image-size 32]
 
 `write` reads an ImageFolder dataset's training split (hpcshuffle's own listing, so sample ids are the
 ones hpcshuffle uses) and writes one MDS record per image: its id, its label and the file's bytes,
-undecoded, as hpcshuffle's stores keep them. `order` runs `--ranks` ranks of one node (Streaming's
-LOCAL_WORLD_SIZE; torch.distributed over loopback, which Streaming needs at start), each iterating
-`--epochs` epochs of a `StreamingDataset` with `remote` MDS copied into `local`, and prints one JSON
-object: per epoch, the ids each rank got, how many samples no rank got and how many came twice.
+undecoded, as hpcshuffle's stores keep them. `run` starts `--ranks` ranks of one node (Streaming's
+LOCAL_WORLD_SIZE; torch.distributed over loopback, which Streaming needs at start). Each iterates
+`--epochs` epochs of a `StreamingDataset` with `remote` MDS copied into `local` and writes a JSON line
+per epoch to RUN/rank<r>.jsonl: the ids it got, and with `--model` the seconds it spent waiting for
+batches (io: reading, decoding as hpcshuffle's loader decodes), in FW+BW and in the gradient allreduce
+(hpcshuffle's own). `run` then prints `summary(RUN)`: per epoch the slowest rank's times, how many
+samples no rank got (`lost`) and how many came twice (`repeated`). A Slurm job runs `_rank` under srun
+with RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, then `summary`.
 """
 
 from __future__ import annotations
@@ -28,9 +34,11 @@ from pathlib import Path
 
 # hpcshuffle from ./.venv: .venv-peers adds that venv's site directory after its own
 from hpcshuffle.analysis.audit import epoch_exactness
+from hpcshuffle.files import append_jsonl, read_jsonl
 
 COLUMNS = {"id": "int", "label": "int", "image": "bytes"}
-RANK_WAIT_S = 900  # for every rank of `order` to finish its epochs
+RANK_WAIT_S = 1800  # for every rank of `run` to finish its epochs
+SHUFFLE_ALGOS = ["py1e", "py1br", "py1b", "py1s", "py2s", "naive"]
 
 
 def write(root: Path, out: Path, shard_bytes: int) -> dict:
@@ -49,22 +57,121 @@ def write(root: Path, out: Path, shard_bytes: int) -> dict:
             nbytes += len(image)
             writer.write({"id": sample_id, "label": catalog.labels[sample_id], "image": image})
     shards = sorted(out.glob("shard.*.mds"))
-    return {"samples": len(catalog), "image_bytes": nbytes, "shards": len(shards),
+    return {"samples": len(catalog), "classes": len(catalog.classes), "image_bytes": nbytes, "shards": len(shards),
             "shard_bytes": sum(shard.stat().st_size for shard in shards), "seconds": time.perf_counter() - started}
 
 
-def rank_order(remote: str, local: str, epochs: int, shuffle_algo: str, cache_limit: int | None, batch: int,
-               seed: int) -> None:
-    """One rank (its place from the environment, as Streaming reads it): print a JSON line per epoch."""
+class Trainer:
+    """hpcshuffle's model, codec and gradient allreduce on Streaming's samples: one step per batch."""
+
+    def __init__(self, model_name: str, classes: int, image_size: int, world_size: int) -> None:
+        import torch
+
+        from hpcshuffle.formats.codec import DatasetOptions
+        from hpcshuffle.formats.imagefolder import ImageFolderCodec
+        from hpcshuffle.models import build
+
+        torch.set_num_threads(1)  # as jobs/train.sbatch's ranks: --cpus-per-task 1
+        self.torch, self.world_size = torch, world_size
+        self.codec = ImageFolderCodec(classes, DatasetOptions("flip", image_size))
+        self.model, self.loss_fn = build(model_name, num_classes=classes), torch.nn.CrossEntropyLoss()
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=0.01, momentum=0.9)
+
+    def decode(self, samples: list[dict]):
+        """A batch of Streaming's records as (images, labels), decoded and augmented as hpcshuffle does."""
+        pairs = [self.codec.decode(sample["image"], int(sample["label"]), True) for sample in samples]
+        return self.torch.stack([image for image, _ in pairs]), self.torch.tensor([label for _, label in pairs])
+
+    def step(self, images, labels) -> tuple[float, float]:
+        """One SGD step: (seconds of FW+BW, seconds of the allreduce and the update)."""
+        from hpcshuffle.training.learner import average_gradients
+
+        started = time.perf_counter()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.loss_fn(self.model(images), labels).backward()
+        computed = time.perf_counter()
+        average_gradients(self.model, self.world_size)
+        self.optimizer.step()
+        return computed - started, time.perf_counter() - computed
+
+
+def train_on(trainer: Trainer, batch: list[dict], waiting: float, times: dict[str, float]) -> float:
+    """Decode and train on `batch`, the loop having waited for it since `waiting`; add the seconds to
+    `times`; the clock at the step's end, when the wait for the next batch starts."""
+    images, labels = trainer.decode(batch)
+    times["io"] += time.perf_counter() - waiting
+    fwbw, allreduce = trainer.step(images, labels)
+    times["fwbw"], times["allreduce"] = times["fwbw"] + fwbw, times["allreduce"] + allreduce
+    return time.perf_counter()
+
+
+def read_ahead_bytes(remote: str, ranks_per_node: int, predownload: int) -> int:
+    """The most shard bytes a node's ranks may need at once for samples they have not yet yielded: each
+    rank's download thread runs up to `predownload` samples ahead, and under a shuffle each of them can
+    be in a shard of its own (at most every shard), each as large as the largest."""
+    shards = json.loads((Path(remote) / "index.json").read_text())["shards"]
+    return ranks_per_node * min(predownload, len(shards)) * max(shard["raw_data"]["bytes"] for shard in shards)
+
+
+def check_cache_limit(args: argparse.Namespace, ranks_per_node: int) -> None:
+    """Refuse a cache limit below `read_ahead_bytes`: Streaming then evicts shards its ranks have
+    downloaded ahead, and a rank can wait forever for one (mosaicml/streaming#417; here 3 of 6 runs of
+    2 ranks hung with a cache of 5 shards)."""
+    needed = read_ahead_bytes(args.remote, ranks_per_node, args.predownload or 8 * args.batch)
+    if args.cache_limit is not None and args.cache_limit < needed:
+        raise SystemExit(f"--cache-limit {args.cache_limit} is below the {needed} bytes of shards this node's "
+                         f"{ranks_per_node} rank(s) may read ahead (predownload "
+                         f"{args.predownload or 8 * args.batch} samples each, one shard each at worst); Streaming "
+                         "can then wait forever for a shard it evicted. Raise --cache-limit, or lower --predownload")
+
+
+def rank_run(args: argparse.Namespace) -> None:
+    """One rank, its place from the environment: `--epochs` epochs of Streaming's order, a JSON line each
+    into `--out`/rank<r>.jsonl."""
+    import torch.distributed as dist
     from streaming import StreamingDataset
 
-    dataset = StreamingDataset(remote=remote, local=local, shuffle=True, shuffle_algo=shuffle_algo,
-                               shuffle_seed=seed, batch_size=batch, cache_limit=cache_limit)
-    for epoch in range(epochs):
-        started = time.perf_counter()
-        ids = [int(sample["id"]) for sample in dataset]
-        print(json.dumps({"rank": int(os.environ["RANK"]), "epoch": epoch, "ids": ids,
-                          "seconds": time.perf_counter() - started}), flush=True)
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    check_cache_limit(args, int(os.environ["LOCAL_WORLD_SIZE"]))
+    if world_size > 1:
+        dist.init_process_group("gloo")  # env://; Streaming then uses this group instead of making its own
+    dataset = StreamingDataset(remote=args.remote, local=args.local, shuffle=True, shuffle_algo=args.shuffle_algo,
+                               shuffle_seed=args.seed, batch_size=args.batch, cache_limit=args.cache_limit,
+                               predownload=args.predownload)
+    trainer = Trainer(args.model, args.classes, args.image_size, world_size) if args.model else None
+    out = Path(args.out) / f"rank{rank:05d}.jsonl"
+    for epoch in range(args.epochs):
+        ids, times = [], {"io": 0.0, "fwbw": 0.0, "allreduce": 0.0}
+        started = waiting = time.perf_counter()
+        batch: list[dict] = []
+        for sample in dataset:
+            ids.append(int(sample["id"]))
+            batch.append(sample)
+            if trainer is not None and len(batch) == args.batch:
+                waiting = train_on(trainer, batch, waiting, times)
+                batch = []
+        if trainer is not None and batch:  # the epoch's last, short batch
+            train_on(trainer, batch, waiting, times)
+        append_jsonl(out, {"rank": rank, "epoch": epoch, "ids": ids, "epoch_s": time.perf_counter() - started,
+                           **({f"{phase}_s": s for phase, s in times.items()} if trainer else {})})
+    if world_size > 1:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+def summary(out: Path, remote: str) -> dict:
+    """Per epoch of the run in `out`: the slowest rank's times, each rank's sample count, and the audit."""
+    index = json.loads((Path(remote) / "index.json").read_text())
+    num_samples = sum(shard["samples"] for shard in index["shards"])
+    rows = [row for path in sorted(out.glob("rank*.jsonl")) for row in read_jsonl(path)]
+    epochs = []
+    for epoch in sorted({row["epoch"] for row in rows}):
+        per_rank = sorted((row for row in rows if row["epoch"] == epoch), key=lambda row: row["rank"])
+        lost, repeated = epoch_exactness((i for row in per_rank for i in row["ids"]), num_samples)
+        times = {key: max(row[key] for row in per_rank) for key in per_rank[0] if key.endswith("_s")}
+        epochs.append({"epoch": epoch, "ranks": len(per_rank), "lost": lost, "repeated": repeated,
+                       "per_rank": [len(row["ids"]) for row in per_rank], **times})
+    return {"samples": num_samples, "epochs": epochs}
 
 
 def free_port() -> int:
@@ -73,39 +180,43 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def order(args: argparse.Namespace) -> dict:
-    """`--ranks` ranks of one node, each a process; their epochs gathered and audited."""
-    samples = json.loads((Path(args.remote) / "index.json").read_text())
-    num_samples = sum(shard["samples"] for shard in samples["shards"])
+def run(args: argparse.Namespace) -> dict:
+    """`--ranks` ranks of one node, each a process, then `summary` of what they wrote."""
+    check_cache_limit(args, args.ranks)
+    out = Path(args.out)
+    if list(out.glob("rank*.jsonl")):
+        raise SystemExit(f"{out} holds an earlier run's rank files; remove them or pick another --out")
+    out.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
            "WORLD_SIZE": str(args.ranks), "LOCAL_WORLD_SIZE": str(args.ranks)}
-    command = [sys.executable, __file__, "_rank", f"--remote={args.remote}", f"--local={args.local}",
-               f"--epochs={args.epochs}", f"--shuffle-algo={args.shuffle_algo}", f"--batch={args.batch}",
-               f"--seed={args.seed}", *([f"--cache-limit={args.cache_limit}"] if args.cache_limit else [])]
-    ranks = [subprocess.Popen(command, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True) for r in range(args.ranks)]
-    rows, failures = [], []
+    command = [sys.executable, __file__, "_rank", *rank_options(args)]
+    ranks = [subprocess.Popen(command, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stderr=subprocess.PIPE,
+                              text=True) for r in range(args.ranks)]
+    failures = []
     for rank, process in enumerate(ranks):
         try:
-            out, err = process.communicate(timeout=RANK_WAIT_S)
+            _, err = process.communicate(timeout=RANK_WAIT_S)
         except subprocess.TimeoutExpired:
             for other in ranks:
                 other.kill()
             raise SystemExit(f"Streaming rank {rank} did not finish {args.epochs} epochs within {RANK_WAIT_S} s") from None
         if process.returncode:
             failures.append(f"rank {rank} exited {process.returncode}:\n{err[-2000:]}")
-        rows += [json.loads(line) for line in out.splitlines() if line.startswith("{")]
     if failures:
         raise SystemExit("Streaming's ranks failed: " + "\n".join(failures))
-    epochs = []
-    for epoch in range(args.epochs):
-        per_rank = sorted((row for row in rows if row["epoch"] == epoch), key=lambda row: row["rank"])
-        lost, repeated = epoch_exactness((i for row in per_rank for i in row["ids"]), num_samples)
-        epochs.append({"epoch": epoch, "lost": lost, "repeated": repeated,
-                       "per_rank": [len(row["ids"]) for row in per_rank],
-                       "seconds": max(row["seconds"] for row in per_rank), "ids": [row["ids"] for row in per_rank]})
-    return {"samples": num_samples, "ranks": args.ranks, "shuffle_algo": args.shuffle_algo,
-            "cache_limit": args.cache_limit, "epochs": epochs}
+    return {"ranks": args.ranks, "shuffle_algo": args.shuffle_algo, "cache_limit": args.cache_limit,
+            **summary(out, args.remote)}
+
+
+def rank_options(args: argparse.Namespace) -> list[str]:
+    """`args` as `_rank`'s command line."""
+    options = [f"--remote={args.remote}", f"--local={args.local}", f"--out={args.out}", f"--epochs={args.epochs}",
+               f"--shuffle-algo={args.shuffle_algo}", f"--batch={args.batch}", f"--seed={args.seed}",
+               f"--classes={args.classes}", f"--image-size={args.image_size}"]
+    options += [f"--{name.replace('_', '-')}={value}" for name in ("cache_limit", "predownload")
+                if (value := getattr(args, name)) is not None]
+    return options + (
+        [f"--model={args.model}"] if args.model else [])
 
 
 def main() -> None:
@@ -115,25 +226,37 @@ def main() -> None:
     writing.add_argument("--root", type=Path, required=True)
     writing.add_argument("--out", type=Path, required=True)
     writing.add_argument("--shard-bytes", type=int, default=1 << 20)
-    for name in ("order", "_rank"):
-        reading = commands.add_parser(name, help="Streaming's order on one node's ranks, audited"
-                                      if name == "order" else argparse.SUPPRESS)
-        reading.add_argument("--remote", required=True)
-        reading.add_argument("--local", required=True)
+    summing = commands.add_parser("summary", help="the audit and times of a run's rank files")
+    summing.add_argument("--out", type=Path, required=True)
+    summing.add_argument("--remote", required=True)
+    for name in ("run", "_rank"):
+        reading = commands.add_parser(name, help="Streaming feeding one node's ranks, audited"
+                                      if name == "run" else argparse.SUPPRESS)
+        reading.add_argument("--remote", required=True, help="the MDS directory (write's --out)")
+        reading.add_argument("--local", required=True, help="the node's cache of shards")
+        reading.add_argument("--out", required=True, help="where each rank writes its epochs")
         reading.add_argument("--epochs", type=int, default=2)
-        reading.add_argument("--shuffle-algo", default="py1e", choices=["py1e", "py1br", "py1b", "py1s", "py2s", "naive"])
+        reading.add_argument("--shuffle-algo", default="py1e", choices=SHUFFLE_ALGOS)
         reading.add_argument("--cache-limit", type=int, default=None, help="bytes of shards kept in --local")
+        reading.add_argument("--predownload", type=int, default=None,
+                             help="samples each rank downloads ahead (Streaming's default: 8 batches)")
         reading.add_argument("--batch", type=int, default=32)
         reading.add_argument("--seed", type=int, default=0)
-        if name == "order":
+        reading.add_argument("--model", default=None, help="train this hpcshuffle model (e.g. small_cnn); "
+                                                            "without it, only the ids are listed")
+        reading.add_argument("--classes", type=int, default=10)
+        reading.add_argument("--image-size", type=int, default=32)
+        if name == "run":
             reading.add_argument("--ranks", type=int, default=2)
     args = parser.parse_args()
     if args.command == "write":
         print(json.dumps(write(args.root, args.out, args.shard_bytes)))
+    elif args.command == "summary":
+        print(json.dumps(summary(args.out, args.remote)))
     elif args.command == "_rank":
-        rank_order(args.remote, args.local, args.epochs, args.shuffle_algo, args.cache_limit, args.batch, args.seed)
+        rank_run(args)
     else:
-        print(json.dumps(order(args)))
+        print(json.dumps(run(args)))
 
 
 if __name__ == "__main__":
