@@ -273,3 +273,14 @@ def test_the_readme_demo_block_is_made_from_the_stored_repeats():
     assert readme_blocks.stored_block(REPO / "README.md", demo_runs.BEGIN, demo_runs.END) == demo_runs.block(stored), (
         "the README's demo block differs from results/reference/demo: run python -m hpcshuffle.studies.demo_runs "
         "--readme-only")
+
+
+def test_the_probe_round_the_readme_quotes_is_its_stored_comparison():
+    """README's probe → predict row quotes round 2's compare.json, not numbers typed in."""
+    found = json.loads((REPO / "results/reference/scale/probe/2026-11-29/compare.json").read_text())
+    row = next(line for line in (REPO / "README.md").read_text().splitlines() if "one node's probe predict" in line)
+    cells = found["cells"]
+    assert f"median \\|error\\| {found['model_median_abs_err']:.1%} against {found['envelope_median_abs_err']:.1%}" \
+        .replace("%", " %") in row
+    assert f"in {round(found['model_pooled_coverage80'] * cells)} of {cells} cells (the model's own in " \
+           f"{round(found['model_coverage80'] * cells)})" in row
