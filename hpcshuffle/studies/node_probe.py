@@ -145,8 +145,8 @@ def local_rates(shared, store_dir: Path, ids: list[int], image_size: int, batch:
             "local_write_Bps": big_bytes / write_big_s, "local_read_Bps": big_bytes / read_big_s}
 
 
-def compute(model_name: str, classes: int, image_size: int, batch: int, repeats: int) -> dict:
-    """FW+BW per sample on a batch, one thread, and the bytes of the model's gradients."""
+def fwbw_step(model_name: str, classes: int, image_size: int, batch: int):
+    """(a call that runs FW+BW of `model_name` on one random batch, the model)."""
     import torch
 
     from hpcshuffle.models import build
@@ -158,6 +158,12 @@ def compute(model_name: str, classes: int, image_size: int, batch: int, repeats:
         model.zero_grad(set_to_none=True)
         loss_fn(model(images), labels).backward()
 
+    return step, model
+
+
+def compute(model_name: str, classes: int, image_size: int, batch: int, repeats: int) -> dict:
+    """FW+BW per sample on a batch, one thread, and the bytes of the model's gradients."""
+    step, model = fwbw_step(model_name, classes, image_size, batch)
     fwbw_s = timed(step, repeats) / batch
     return {"fwbw_per_sample_s": fwbw_s, "gradient_bytes": 4.0 * sum(p.numel() for p in model.parameters())}
 
@@ -168,16 +174,8 @@ def _lockstep(barrier, results, rank: int, model_name: str, classes: int, image_
     as synchronous SGD's allreduce makes them wait; puts (rank, iteration walls, own step seconds)."""
     import torch
 
-    from hpcshuffle.models import build
-
     torch.set_num_threads(1)
-    model, loss_fn = build(model_name, num_classes=classes), torch.nn.CrossEntropyLoss()
-    images, labels = torch.randn(batch, 3, image_size, image_size), torch.randint(0, classes, (batch,))
-
-    def step() -> None:
-        model.zero_grad(set_to_none=True)
-        loss_fn(model(images), labels).backward()
-
+    step, _ = fwbw_step(model_name, classes, image_size, batch)
     step()  # untimed: the first step allocates
     walls, steps = [], []
     barrier.wait()
