@@ -8,7 +8,8 @@ predict the epochs of more nodes with an interval, then measure those epochs sev
   ranks of that node (gloo, over TCP), and 1…k processes' FW+BW in lockstep on the node's cores.
 - **Predict** (`predict`): each probe repeat becomes a platform (`repeat_text`: studies/cluster_platform's
   yaml, its shared `read_bandwidth` the rate the probe measured with as many readers as the prediction
-  has nodes, its `exchange.noise` fitted to the lockstep iteration of as many processes: scale/jitter.py), simulated by `hpcshuffle scale`'s engine at seed = the repeat's number. A cell's predicted
+  has nodes, its `exchange.noise` fitted to the lockstep iteration of as many processes:
+  scale/jitter.py), simulated by `hpcshuffle scale`'s engine at seed = the repeat's number. A cell's predicted
   interval is the median and the 10–90 % range over the repeats: how far the answer moves with the
   machine's own variation between probes, and with the simulation's seed. A second, wider interval
   adds the model's own error out of sample, as an earlier comparison of the same kind measured it
