@@ -143,6 +143,7 @@ def rank_run(args: argparse.Namespace) -> None:
     for epoch in range(args.epochs):
         ids, times = [], {"io": 0.0, "fwbw": 0.0, "allreduce": 0.0}
         started = waiting = time.perf_counter()
+        started_at = time.time()  # wall clock: the epoch's window for the storage link's counters
         batch: list[dict] = []
         for sample in dataset:
             ids.append(int(sample["id"]))
@@ -153,6 +154,7 @@ def rank_run(args: argparse.Namespace) -> None:
         if trainer is not None and batch:  # the epoch's last, short batch
             train_on(trainer, batch, waiting, times)
         append_jsonl(out, {"rank": rank, "epoch": epoch, "ids": ids, "epoch_s": time.perf_counter() - started,
+                           "started_at": started_at, "ended_at": time.time(),
                            **({f"{phase}_s": s for phase, s in times.items()} if trainer else {})})
     if world_size > 1:
         dist.barrier()
@@ -160,7 +162,8 @@ def rank_run(args: argparse.Namespace) -> None:
 
 
 def summary(out: Path, remote: str) -> dict:
-    """Per epoch of the run in `out`: the slowest rank's times, each rank's sample count, and the audit."""
+    """Per epoch of the run in `out`: the slowest rank's times, each rank's sample count, the audit, and the
+    epoch's wall-clock window (`wall`: the first rank's start, the last rank's end; Unix seconds)."""
     index = json.loads((Path(remote) / "index.json").read_text())
     num_samples = sum(shard["samples"] for shard in index["shards"])
     rows = [row for path in sorted(out.glob("rank*.jsonl")) for row in read_jsonl(path)]
@@ -170,7 +173,9 @@ def summary(out: Path, remote: str) -> dict:
         lost, repeated = epoch_exactness((i for row in per_rank for i in row["ids"]), num_samples)
         times = {key: max(row[key] for row in per_rank) for key in per_rank[0] if key.endswith("_s")}
         epochs.append({"epoch": epoch, "ranks": len(per_rank), "lost": lost, "repeated": repeated,
-                       "per_rank": [len(row["ids"]) for row in per_rank], **times})
+                       "per_rank": [len(row["ids"]) for row in per_rank], **times,
+                       "wall": {"start": min(row["started_at"] for row in per_rank),
+                                "end": max(row["ended_at"] for row in per_rank)}})
     return {"samples": num_samples, "epochs": epochs}
 
 

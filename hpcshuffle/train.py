@@ -147,7 +147,7 @@ class Trainer:
         Returns the counters, the ids trained on, and the iteration at which a preemption stopped
         the epoch (None when it ran to its end).
         """
-        row, trained = RankEpoch(), []
+        row, trained = RankEpoch(started_at=time.time()), []
         if self.carried is not None:
             row, trained, self.carried = self.carried.row, self.carried.trained, None
         learner, every_steps, stopped = self.learner, self.config.checkpoint.every_steps, None

@@ -9,7 +9,7 @@
 #   bash scripts/cluster.sh up [--nodes K] [--link RATE] [--storage-link RATE] [--storage-latency-ms MS]
 #   bash scripts/cluster.sh run -- sbatch --wait -N 2 --ntasks-per-node 2 jobs/train.sbatch ...
 #   bash scripts/cluster.sh status
-#   bash scripts/cluster.sh counters     # per host: bytes received and sent on its link ("host rx tx")
+#   bash scripts/cluster.sh counters [HOST...]   # per host: bytes received and sent on its link ("host rx tx")
 #   bash scripts/cluster.sh down
 #
 # Faults, for the cluster tests and for trying a job's recovery by hand:
@@ -469,12 +469,16 @@ run() {
     inside ctl env SLURM_CONF=/etc/slurm/slurm.conf FI_PROVIDER=tcp bash -c 'cd "$1" && shift && exec "$@"' run "$PWD" "$@"
 }
 
-counters() {  # bytes received and sent on each host's link, read through netlink (no traffic)
+counters() {  # counters [HOST...]: bytes received and sent on each host's link (all hosts by default), no traffic
     is_up || die "no cluster is up"
-    local host
-    for host in $(hosts); do
-        printf '%s %s\n' "$host" \
-            "$(ip -n "${NS}$host" -s -j link show eth0 | python3 -c 'import json,sys; s=json.load(sys.stdin)[0]["stats64"]; print(s["rx"]["bytes"], s["tx"]["bytes"])')"
+    local host stats all wanted=("$@")
+    all=$(hosts | tr '\n' ' ')
+    [ $# -gt 0 ] || read -ra wanted <<<"$all"
+    for host in "${wanted[@]}"; do
+        [[ " $all" == *" $host "* ]] || die "no host $host in this cluster (hosts: $all)"
+        # `ip netns exec` mounts a /sys of the host's network namespace: its eth0's kernel counters
+        stats=/sys/class/net/eth0/statistics
+        printf '%s %s %s\n' "$host" $(ip netns exec "${NS}$host" cat "$stats/rx_bytes" "$stats/tx_bytes")
     done
 }
 
@@ -553,14 +557,14 @@ main() {
         down) down ;;
         status) status ;;
         run) shift; [ "${1:-}" = -- ] && shift; [ $# -gt 0 ] || die "run: give a command, e.g. run -- sinfo"; run "$@" ;;
-        counters) counters ;;
+        counters) shift; counters "$@" ;;
         crash) need_root; crash "${2:-}" ;;
         link) need_root; link "${2:-}" "${3:-}" ;;
         storage) need_root; storage "${2:-}" ;;
         _root) _root ;;
         _holder) _holder "$2" ;;
         *) echo "usage: $0 up [--nodes K] [--link RATE] [--storage-link RATE] [--storage-latency-ms MS] | status | down" \
-                "| run -- CMD... | counters | crash NODE | link NODE down|up | storage stop|start" >&2
+                "| run -- CMD... | counters [HOST...] | crash NODE | link NODE down|up | storage stop|start" >&2
            exit 2 ;;
     esac
 }

@@ -39,10 +39,12 @@ def queued_seconds(fields: dict[str, str]) -> float:
     return started - submitted
 
 
-def submit_and_wait(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, arguments: list[str]) -> SlurmJob:
-    """Submit jobs/train.sbatch (no requeue: a restarted run without checkpoints would append a second run),
-    output and RUN_DIR in `run_dir`, then poll Slurm every POLL_S until the job ends; its state, exit
-    code and the other jobs seen running. slurm.JobTimeout (the job cancelled) past its time limit."""
+def submit_and_wait(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node: int, arguments: list[str],
+                    script: str = "jobs/train.sbatch", name: str = "cluster-scaling") -> SlurmJob:
+    """Submit `script` (jobs/train.sbatch, or jobs/streaming.sbatch for the peer) as job `name`, with no
+    requeue (a restarted run without checkpoints would append a second run), output and RUN_DIR in
+    `run_dir`, then poll Slurm every POLL_S until the job ends; its state, exit code and the other jobs
+    seen running. slurm.JobTimeout (the job cancelled) past its time limit."""
     others: dict[str, str] = {}
     loads: list[float] = []
 
@@ -55,10 +57,10 @@ def submit_and_wait(cluster: Cluster, run_dir: Path, nodes: int, ranks_per_node:
 
     calls = {"prefix": cluster.prefix, "cwd": REPO, "env": cluster.environment()}
     job_id = slurm.submit(
-        ["--no-requeue", *cluster.placement(), "--job-name=cluster-scaling", f"--nodes={nodes}",
+        ["--no-requeue", *cluster.placement(), f"--job-name={name}", f"--nodes={nodes}",
          f"--ntasks-per-node={ranks_per_node}", "--cpus-per-task=1", f"--time={JOB_MINUTES}",
          f"--output={run_dir}/job-%j.out", f"--export=ALL,RUN_DIR={run_dir},MAX_RESTARTS=0",
-         "jobs/train.sbatch", *arguments], **calls)
+         script, *arguments], **calls)
     end = slurm.wait(job_id, timeout_s=JOB_MINUTES * 60 + 300, poll_s=POLL_S, on_poll=look, **calls)
     load = sum(loads) / len(loads) if loads else float("nan")
     return SlurmJob(job_id, end.state, end.fields.get("ExitCode", "?"), queued_seconds(end.fields), others, load)

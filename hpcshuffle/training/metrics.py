@@ -35,6 +35,7 @@ class RankEpoch:
     iterations: int = 0
     lr: float = 0.0  # the learning rate of the last iteration
     first_io: float = 0.0  # the io of the epoch's step 0: MLPerf Storage's AU leaves the run's first out
+    started_at: float = 0.0  # wall clock (Unix seconds) when the epoch began on this rank
 
     @contextmanager
     def phase(self, name: str, sync=None) -> Iterator[None]:
@@ -97,6 +98,9 @@ def reduce_epoch(rows: list[RankEpoch], step_loss: bool = False) -> dict:
     reduced = {
         "time": time_stats,
         "util": _spread([utilisation(row.seconds) for row in rows]),
+        # wall clock (Unix seconds) of the first rank's start and of this reduction: the epoch's window,
+        # for matching it with what was measured outside the run (e.g. a link's byte counters)
+        "wall": {"start": min(row.started_at for row in rows), "end": time.time()},
         "samples": samples,
         "train_loss": sum(row.loss_sum for row in rows) / max(iterations, 1),
     }

@@ -3,6 +3,8 @@ and printed in the per-epoch table, also for records written before `util` exist
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from hpcshuffle.training.metrics import (
@@ -30,6 +32,13 @@ def test_reduce_epoch_gives_min_mean_max_utilisation_over_ranks():
     reduced = reduce_epoch([rank(2.0, 1.0, 4.0), rank(1.0, 0.0, 4.0), rank(3.0, 1.0, 4.0)])
     assert reduced["util"] == pytest.approx({"min": 0.25, "mean": 2 / 3, "max": 1.0})
     assert record_util(reduced) == pytest.approx(2 / 3)
+
+
+def test_reduce_epoch_gives_the_epochs_wall_window_from_the_first_rank_to_start():
+    early, late = RankEpoch(started_at=time.time() - 5.0), RankEpoch(started_at=time.time() - 1.0)
+    wall = reduce_epoch([late, early])["wall"]
+    assert wall["start"] == early.started_at
+    assert late.started_at < wall["end"] <= time.time()
 
 
 def epoch_record(**reduced) -> dict:
