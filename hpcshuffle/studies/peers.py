@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcshuffle.analysis.audit import audit_problems
+from hpcshuffle.files import read_jsonl
 from hpcshuffle.studies.cluster import PFS, Cluster
 from hpcshuffle.studies.cluster_runs import (
     BATCH,
@@ -135,12 +136,33 @@ def streaming_epochs(run_dir: Path) -> tuple[list[dict], list[str]]:
     return epochs, problems
 
 
+def kept_fraction(ids: dict[tuple[int, int], list[int]]) -> float:
+    """How much of what a rank trains on in an epoch it also had the epoch before, mean over ranks and
+    epochs after the first: 1 for LS, less for PLS as q grows, about 1/M for GS over M ranks. `ids` maps
+    (epoch, rank) to the ids the rank trained on."""
+    shares = [len(set(trained) & set(ids[(epoch - 1, rank)])) / len(trained)
+              for (epoch, rank), trained in ids.items() if (epoch - 1, rank) in ids and trained]
+    return statistics.mean(shares)
+
+
+def trained_ids(run_dir: Path, strategy: str) -> dict[tuple[int, int], list[int]]:
+    """(epoch, rank) -> the ids the rank got: Streaming's rank files, or hpcshuffle's audit.jsonl."""
+    if strategy in STREAMING:
+        rows = [row for path in sorted(run_dir.glob("rank*.jsonl")) for row in read_jsonl(path)]
+        return {(row["epoch"], row["rank"]): row["ids"] for row in rows}
+    return {(row["epoch"], row["rank"]): row["trained"] for row in read_jsonl(run_dir / "audit.jsonl")}
+
+
 def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str, run_dir: Path) -> dict:
     """One job of `strategy` into `run_dir` (reused when its result.json exists): per epoch its times and
     the bytes the storage node sent, the bytes before the first epoch (staging), the audit."""
     done = run_dir / "result.json"
     if done.exists():
-        return json.loads(done.read_text())
+        result = json.loads(done.read_text())
+        if "kept" not in result:  # results stored before the column
+            result["kept"] = kept_fraction(trained_ids(run_dir, strategy))
+            done.write_text(json.dumps(result, indent=1) + "\n")
+        return result
     run_dir.mkdir(parents=True, exist_ok=True)
     for old in [*run_dir.glob("*.jsonl"), run_dir / "summary.json", run_dir / ".complete"]:
         old.unlink(missing_ok=True)  # a job cut short earlier starts over
@@ -163,7 +185,7 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
     result = {"strategy": strategy, "job": job.job_id, "load_during": job.load,
               "others": job.others, "before_first_epoch_bytes": window_bytes(samples, samples[0][0],
                                                                              epochs[0]["wall"]["start"]),
-              "epochs": epochs, "audit_problems": problems}
+              "epochs": epochs, "audit_problems": problems, "kept": kept_fraction(trained_ids(run_dir, strategy))}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -192,6 +214,7 @@ def summarize(results: list[dict], image_bytes: int) -> dict:
             "before_first_epoch_bytes": spread([r["before_first_epoch_bytes"] for r in runs]),
             "steady_shared_per_dataset": statistics.median(
                 statistics.mean(e["shared_bytes"] for e in s) / image_bytes for s in steady),
+            "kept": spread([r["kept"] for r in runs]),
             "audit_exact": sum(not r["audit_problems"] for r in runs),
             "audit_problems": [p for r in runs for p in r["audit_problems"]],
         }
@@ -204,16 +227,18 @@ def table_text(table: dict, image_bytes: int) -> str:
         return f"{stats['median'] / scale:.{digits}f} ({stats['min'] / scale:.{digits}f}-{stats['max'] / scale:.{digits}f})"
 
     rows = [f"{'strategy':<22} {'n':>2} {'epoch s (steady)':>20} {'vs LS':>6} {'MB from /pfs/epoch':>22} "
-            f"{'x data':>6} {'first epoch MB':>22} {'before MB':>20} {'audit':>6}"]
+            f"{'x data':>6} {'first epoch MB':>22} {'before MB':>20} {'kept':>5} {'audit':>6}"]
     local = table.get("local", {}).get("steady_epoch_s", {}).get("median")
     for strategy, row in table.items():
         versus = f"{row['steady_epoch_s']['median'] / local:.2f}" if local else "-"
         rows.append(f"{strategy:<22} {row['repeats']:>2} {cell(row['steady_epoch_s'], digits=2):>20} {versus:>6} "
                     f"{cell(row['steady_shared_bytes'], 1e6):>22} {row['steady_shared_per_dataset']:>6.2f} "
                     f"{cell(row['first_epoch_shared_bytes'], 1e6):>22} {cell(row['before_first_epoch_bytes'], 1e6):>20} "
-                    f"{row['audit_exact']:>2}/{row['repeats']:<3}")
+                    f"{row['kept']['median']:>5.2f} {row['audit_exact']:>2}/{row['repeats']:<3}")
     return "\n".join(rows) + (f"\n\nx data: the steady epochs' bytes from /pfs over the dataset's {image_bytes / 1e6:.0f} MB "
-                              "of images (median over repeats); audit: runs with every sample once an epoch")
+                              "of images (median over repeats); kept: the share of a rank's samples it also had the epoch before "
+                              "(1: the same samples every epoch, as LS; 1/ranks: as GS); audit: runs with every sample once "
+                              "an epoch")
 
 
 def mds_of(cluster: Cluster, dataset: Path) -> tuple[Path, dict, dict]:

@@ -10,6 +10,7 @@ import pytest
 from hpcshuffle.studies.peers import (
     Workload,
     counter_at,
+    kept_fraction,
     streaming_arguments,
     window_bytes,
 )
@@ -35,3 +36,9 @@ def test_the_cached_variants_keep_what_a_pls_node_keeps_with_one_batch_read_ahea
     cached = streaming_arguments("streaming-py1br-cached", work)
     assert "--shuffle-algo=py1br" in cached and "--cache-limit=165000000" in cached and "--predownload=32" in cached
     assert not any(a.startswith(("--cache-limit", "--predownload")) for a in streaming_arguments("streaming-py1e", work))
+
+
+def test_kept_is_the_share_of_a_ranks_samples_it_had_the_epoch_before():
+    ids = {(0, 0): [1, 2, 3, 4], (0, 1): [5, 6, 7, 8],
+           (1, 0): [4, 3, 2, 1], (1, 1): [5, 6, 1, 2]}  # rank 0 kept all, rank 1 half
+    assert kept_fraction(ids) == 0.75
