@@ -14,6 +14,7 @@ that such a cache passes streaming_peer.py's read-ahead check.
 from __future__ import annotations
 
 import json
+import shutil
 import statistics
 import subprocess
 import threading
@@ -163,9 +164,10 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
             result["kept"] = kept_fraction(trained_ids(run_dir, strategy))
             done.write_text(json.dumps(result, indent=1) + "\n")
         return result
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for old in [*run_dir.glob("*.jsonl"), run_dir / "summary.json", run_dir / ".complete"]:
-        old.unlink(missing_ok=True)  # a job cut short earlier starts over
+    # a job cut short earlier starts over: its records and its checkpoint (a cancelled training job
+    # checkpoints on the signal, and the next would resume from it) go
+    shutil.rmtree(run_dir, ignore_errors=True)
+    run_dir.mkdir(parents=True)
     submitted = time.time()
     if strategy in STREAMING:
         job = submit_and_wait(cluster, run_dir, work.nodes, 1, streaming_arguments(strategy, work),

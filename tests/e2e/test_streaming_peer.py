@@ -72,5 +72,9 @@ def test_streamings_order_covers_every_sample_each_epoch(mds, tmp_path, variant)
         assert epoch["repeated"] <= padding and len(set(epoch["per_rank"])) == 1  # equal shares, as ours
         if "--model=small_cnn" in variant:  # trained: the loop's phases are timed
             assert 0 < epoch["io_s"] + epoch["fwbw_s"] + epoch["allreduce_s"] <= epoch["epoch_s"] * RANKS
+    # each epoch's wall-clock window (what the peers benchmark reads the storage link's counters at)
+    # spans its slowest rank's epoch, and the second ends after the first
+    first, second = (epoch["wall"] for epoch in found["epochs"])
+    assert first["end"] - first["start"] >= found["epochs"][0]["epoch_s"] - 0.01 and first["end"] < second["end"]
     orders = [[row["ids"] for row in read_jsonl(path)] for path in sorted(out.glob("rank*.jsonl"))]
     assert len(orders) == RANKS and all(epochs[0] != epochs[1] for epochs in orders)  # a new order each epoch

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from hpcshuffle.cli import build_parser, main, simulate_argv
-from hpcshuffle.studies import accuracy_readme, demo_runs, readme_blocks
+from hpcshuffle.studies import accuracy_readme, demo_runs, peers, readme_blocks
 
 REPO = Path(__file__).resolve().parents[2]
 # the README, the docs, and the READMEs beside the scripts and results they describe
@@ -284,3 +284,13 @@ def test_the_probe_round_the_readme_quotes_is_its_stored_comparison():
         .replace("%", " %") in row
     assert f"in {round(found['model_pooled_coverage80'] * cells)} of {cells} cells (the model's own in " \
            f"{round(found['model_coverage80'] * cells)})" in row
+
+
+def test_the_peers_page_quotes_the_stored_streaming_table():
+    """docs/peers.md's table is streaming.txt, and streaming.txt is what benchmarks/peers.py makes of the runs
+    stored in streaming.json (so neither is typed in)."""
+    stored = json.loads((REPO / "results/reference/peers/streaming.json").read_text())
+    image_bytes = stored["mds_written"]["image_bytes"]
+    text = peers.table_text(peers.summarize(stored["runs"], image_bytes), image_bytes)
+    assert (REPO / "results/reference/peers/streaming.txt").read_text() == text + "\n"
+    assert text in (REPO / "docs/peers.md").read_text(), "docs/peers.md's table differs from streaming.txt"
