@@ -8,7 +8,7 @@ RANKS ?= 4
 EPOCHS ?= 4
 DEMO := results/demo
 
-.PHONY: install simgrid peers demo check test test-stress clean
+.PHONY: install simgrid peers dlio demo check test test-stress clean
 
 install: $(STAMP) simgrid
 
@@ -36,6 +36,8 @@ demo: $(STAMP)
 # hpcshuffle's modules import) finds the mpich wheel's libmpi there.
 PEERS := .venv-peers
 PEERS_STAMP := $(PEERS)/.installed
+DLIO := .venv-dlio
+DLIO_STAMP := $(DLIO)/.installed
 peers: $(PEERS_STAMP)
 
 $(PEERS_STAMP): $(STAMP)
@@ -48,6 +50,25 @@ $(PEERS_STAMP): $(STAMP)
 		> "$$($(PEERS)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/zz_hpcshuffle_venv.pth"
 	$(PEERS)/bin/python -c "import streaming, torch, hpcshuffle, numpy; print('Streaming', streaming.__version__, 'numpy', numpy.__version__)"
 	touch $(PEERS_STAMP)
+
+# DLIO 2.0.0 (benchmarks/peers.py's other peer, docs/peers.md) in its own venv, its PyTorch path only:
+# no TensorFlow or DALI; torch, numpy, hydra and mpi4py come from ./.venv as for .venv-peers;
+# pydftracer pinned as DLIO pins it (its own stand-in fails on import); scripts/dlio_no_tf.py stands
+# in for the one module that imports TensorFlow unconditionally
+dlio: $(DLIO_STAMP)
+
+$(DLIO_STAMP): $(STAMP) scripts/dlio_no_tf.py
+	test -x $(DLIO)/bin/python || $(PYTHON) -m venv $(DLIO)
+	$(DLIO)/bin/pip install --quiet --no-deps dlio-benchmark==2.0.0 pydftracer==1.0.2
+	site=$$($(DLIO)/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])'); \
+	echo "import os, site; os.environ.setdefault('MPI4PY_LIBMPI', '$(CURDIR)/$(VENV)/lib/libmpi.so.12');" \
+		"site.addsitedir('$$($(BIN)/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')')" \
+		> $$site/zz_hpcshuffle_venv.pth; \
+	cp scripts/dlio_no_tf.py $$site/_dlio_no_tf.py; \
+	echo "import _dlio_no_tf" > $$site/zz_dlio_no_tf.pth
+	$(DLIO)/bin/pip install --quiet "pandas<3"
+	$(DLIO)/bin/python -c "import dlio_benchmark.main, torch; print('DLIO 2.0.0 with torch', torch.__version__)"
+	touch $(DLIO_STAMP)
 
 # the inner loop, in a few minutes: lint (ruff), the layer contract (import-linter), then the unit
 # tier, stopping at the first failure (docs/testing.md)
@@ -70,4 +91,4 @@ test-stress: $(STAMP) simgrid peers
 	kill $$hog; exit $$status
 
 clean:
-	rm -rf $(VENV) $(PEERS) results/runs results/demo data
+	rm -rf $(VENV) $(PEERS) $(DLIO) results/runs results/demo data
