@@ -19,7 +19,8 @@ side by side, in sample and out of sample (results/reference/scale/validation.tx
    results/reference/cluster/oos/runs (GS and LS on 2 and 3 nodes, 4 files in flight).
 4. Probe → predict (experiments/scale_probe_predict.py, its stored predictions and runs: nothing is
    simulated here): one node of the cluster probed, each 2- and 3-node cell of GS, LS and PLS
-   predicted as a median with two 10-90 % intervals before any run, then measured several times.
+   predicted as a median with two 10-90 % intervals before any run, then measured several times;
+   each round (2026-11-27 at the top of results/reference/scale/probe, later ones in dated folders).
 
     python experiments/scale_validation.py [--out results/reference/scale/validation.txt] [--jobs 2]
 """
@@ -83,11 +84,13 @@ def main() -> None:
         settings = ", ".join(f"{key} {value}" for key, value in storage.items())
         parts.append(section(f"nscluster with 5 ms per brick read, shared storage from {LATENCY.relative_to(REPO)} "
                              f"({settings}) against runs it never saw", with_values(cluster, storage), oos, args.jobs))
-    if (PROBE / "measured.json").is_file():
-        parts.append("== probe -> predict: one node probed, 2 and 3 nodes predicted with an interval and measured "
-                     "several times (experiments/scale_probe_predict.py)\n"
-                     + comparison_text(str(PROBE.relative_to(REPO)), json.loads((PROBE / "predicted.json").read_text()),
-                                       json.loads((PROBE / "measured.json").read_text())).rstrip("\n"))
+    # round 1 (2026-11-27) at the top of PROBE, each later round in a dated folder of its own
+    rounds = [PROBE, *sorted(path for path in PROBE.iterdir() if path.is_dir())]
+    for number, where in enumerate((path for path in rounds if (path / "measured.json").is_file()), start=1):
+        parts.append(f"== probe -> predict, round {number}: one node probed, 2 and 3 nodes predicted with an interval "
+                     "and measured several times (experiments/scale_probe_predict.py)\n"
+                     + comparison_text(str(where.relative_to(REPO)), json.loads((where / "predicted.json").read_text()),
+                                       json.loads((where / "measured.json").read_text())).rstrip("\n"))
     text = "\n\n".join(parts) + "\n"
     Path(args.out).write_text(f"# python experiments/scale_validation.py   (see its docstring)\n{text}")
     print(text)
