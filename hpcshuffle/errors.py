@@ -19,7 +19,7 @@ class PeerLost(RuntimeError):
     so the job ends with an exit code its script requeues on (checkpoint.PEER_LOST_EXIT_CODE).
 
     Attributes:
-        reporter: whether this rank prints the error; of the ranks in the roll call (peers.py)
+        reporter: whether this rank prints the error; of the ranks in the roll call (comm/peers.py)
             only the first to finish it does, instead of every survivor the same line.
     """
 

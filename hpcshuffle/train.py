@@ -6,7 +6,7 @@ the checkpointer — then train epoch by epoch as the plan says, and close. The 
 path's interface and knows no strategy. A run directory holding a checkpoint is resumed
 (checkpoint.py); SIGUSR1 / SIGTERM stop all ranks at one iteration, write a checkpoint and exit
 with code 75 so that the job script can requeue. A peer that stops answering for world.timeout_s
-(peers.py) ends the job with code 76, which the job script requeues on as well.
+(comm/peers.py) ends the job with code 76, which the job script requeues on as well.
 """
 
 from __future__ import annotations
