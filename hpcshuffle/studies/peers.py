@@ -159,11 +159,7 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
     the bytes the storage node sent, the bytes before the first epoch (staging), the audit."""
     done = run_dir / "result.json"
     if done.exists():
-        result = json.loads(done.read_text())
-        if "kept" not in result:  # results stored before the column
-            result["kept"] = kept_fraction(trained_ids(run_dir, strategy))
-            done.write_text(json.dumps(result, indent=1) + "\n")
-        return result
+        return json.loads(done.read_text())
     # a job cut short earlier starts over: its records and its checkpoint (a cancelled training job
     # checkpoints on the signal, and the next would resume from it) go
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -181,7 +177,8 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
         tail = log.read_text()[-3000:] if log.exists() else "(no job output)"
         raise SystemExit(f"{strategy}: job {job.job_id} into {run_dir} ended {job.state}, exit {job.exit_code}:\n{tail}")
     epochs, problems = (streaming_epochs if strategy in STREAMING else hpcshuffle_epochs)(run_dir)
-    samples = [s for s in link.samples if s[0] >= submitted - POLL_S * 4]
+    # sorted: the thread's readings and this one's may be appended out of order
+    samples = sorted(s for s in link.samples if s[0] >= submitted - POLL_S * 4)
     for epoch in epochs:
         epoch["shared_bytes"] = window_bytes(samples, epoch["wall"]["start"], epoch["wall"]["end"])
     result = {"strategy": strategy, "job": job.job_id, "load_during": job.load,
