@@ -19,6 +19,11 @@ import statistics
 from scipy import stats
 
 
+def spread(values: list[float]) -> dict:
+    """n, min, median and max of `values` (one per repeat): what a few repeats of a measurement say."""
+    return {"n": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
+
+
 def interval(values: list[float], what: str, level: float = 0.95) -> tuple[float, float, float]:
     """(mean, low, high): the mean of `values` (one per seed) and its two-sided Student-t interval at
     `level` (scipy.stats' exact quantile for len(values) - 1 degrees of freedom)."""

@@ -17,11 +17,11 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import time
 from pathlib import Path
 
+from hpcshuffle.analysis.intervals import spread
 from hpcshuffle.analysis.report import breakdown_table, run_summary
 from hpcshuffle.studies.readme_blocks import rewrite_block
 from hpcshuffle.studies.runs import REPO, launch_environment, records
@@ -61,11 +61,6 @@ def repeat_row(repeat: Path) -> dict:
         "gs_ls": round(means["global"]["epoch"] / means["local"]["epoch"], 3),
         "pls_ls": round(means["partial"]["epoch"] / means["local"]["epoch"], 3),
     }
-
-
-def spread(values: list[float]) -> dict:
-    """n, min, median and max of a ratio over the repeats."""
-    return {"n": len(values), "min": min(values), "median": statistics.median(values), "max": max(values)}
 
 
 def ratios(out: Path) -> dict:

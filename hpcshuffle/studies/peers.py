@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from hpcshuffle.analysis.audit import audit_problems
+from hpcshuffle.analysis.intervals import spread
 from hpcshuffle.files import read_jsonl
 from hpcshuffle.studies.cluster import PFS, Cluster
 from hpcshuffle.studies.cluster_runs import (
@@ -187,11 +188,6 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
               "epochs": epochs, "audit_problems": problems, "kept": kept_fraction(trained_ids(run_dir, strategy))}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
-
-
-def spread(values: list[float]) -> dict[str, float]:
-    """Median and range of `values`."""
-    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
 def summarize(results: list[dict], image_bytes: int) -> dict:
