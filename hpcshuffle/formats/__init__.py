@@ -10,6 +10,7 @@ from hpcshuffle.formats import (
     cifar,
     deepcam,
     digits,
+    dlio_npz,
     fashion_mnist,
     imagefolder,
     memory,
@@ -27,6 +28,7 @@ FORMATS: dict[str, DatasetFormat] = {
     "packed_h5": packed_h5.FORMAT,
     "digits": digits.FORMAT,
     "fashion_mnist": fashion_mnist.FORMAT,
+    "dlio_npz": dlio_npz.FORMAT,
 }
 
 

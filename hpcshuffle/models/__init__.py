@@ -15,6 +15,7 @@ from torch import nn
 
 from hpcshuffle.models.deepcam import deepcam, deepcam_small
 from hpcshuffle.models.densenet import densenet161
+from hpcshuffle.models.emulated import emulated
 from hpcshuffle.models.inception import inceptionv4, inceptionv4_small
 from hpcshuffle.models.options import positive_int
 from hpcshuffle.models.resnet import resnet50
@@ -31,6 +32,7 @@ MODELS: dict[str, Callable[..., nn.Module]] = {
     "inceptionv4_small": inceptionv4_small,
     "deepcam": deepcam,
     "deepcam_small": deepcam_small,
+    "emulated": emulated,
 }
 
 _SHAPE_ARGUMENTS = ("num_classes", "in_channels")  # given by the data, not by conf/model/*.yaml

@@ -90,8 +90,9 @@ def ensure_synthetic(format_name: str, root: Path, spec: dict, seed: int, progre
         if root.exists() and any(root.iterdir()):
             raise DatasetError(
                 f"{root} exists but is not a complete synthetic dataset made here; to train on the data "
-                f"there, name its format (e.g. dataset=imagefolder dataset.root={root}); to synthesize, "
-                "delete it or point dataset.root at an empty directory"
+                f"there, name its format and make none (e.g. dataset=imagefolder dataset.root={root}, or "
+                f"dataset={format_name} dataset.synthesize=null); to synthesize, delete it or point dataset.root "
+                "at an empty directory"
             )
         get_format(format_name).synthesize(root, seed=seed, progress=progress, **spec)
         marker.write_text(json.dumps(wanted))
