@@ -19,6 +19,7 @@ import statistics
 import subprocess
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -122,9 +123,10 @@ def streaming_arguments(strategy: str, work: Workload) -> list[str]:
 
 
 def hpcshuffle_epochs(run_dir: Path) -> tuple[list[dict], list[str]]:
-    """A jobs/train.sbatch run's epochs (time, phases, wall window) and its audit's problems."""
+    """A jobs/train.sbatch run's epochs (time, phases: the slowest rank's; the first step's wait: the mean
+    rank's; wall window) and its audit's problems."""
     epochs = [{"epoch": r["epoch"], **{f"{p}_s": r["time"][p]["max"] for p in ("epoch", "io", "fwbw", "allreduce")},
-               "wall": r["wall"]} for r in records(run_dir)]
+               "first_io_s": r["time"]["first_io"]["mean"], "wall": r["wall"]} for r in records(run_dir)]
     return epochs, audit_problems(run_dir)
 
 
@@ -155,9 +157,22 @@ def trained_ids(run_dir: Path, strategy: str) -> dict[tuple[int, int], list[int]
     return {(row["epoch"], row["rank"]): row["trained"] for row in read_jsonl(run_dir / "audit.jsonl")}
 
 
-def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str, run_dir: Path) -> dict:
-    """One job of `strategy` into `run_dir` (reused when its result.json exists): per epoch its times and
-    the bytes the storage node sent, the bytes before the first epoch (staging), the audit."""
+@dataclass(frozen=True)
+class JobSpec:
+    """A Slurm job of one measured run: its script and name, the script's arguments, and how to read
+    the run's epochs (each with `epoch_s` and its `wall` window) and audit problems from its directory."""
+
+    script: str
+    name: str
+    arguments: list[str]
+    read: Callable[[Path], tuple[list[dict], list[str]]]
+
+
+def measured(cluster: Cluster, link: LinkCounter, run_dir: Path, strategy: str, nodes: int, job: JobSpec,
+             extra: Callable[[], dict]) -> dict:
+    """Run `job` on `nodes` nodes (one rank each) into `run_dir`, reused when its result.json exists: per
+    epoch its times and the bytes the storage node sent, the bytes before the first epoch (staging), the
+    audit, and what `extra` adds (called after the job, e.g. `kept`); written to result.json."""
     done = run_dir / "result.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -166,28 +181,34 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
     shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     submitted = time.time()
-    if strategy in STREAMING:
-        job = submit_and_wait(cluster, run_dir, work.nodes, 1, streaming_arguments(strategy, work),
-                              script="jobs/streaming.sbatch", name="streaming-peer")
-    else:
-        arguments = train_arguments([*workload(work.dataset), *strategy_overrides(strategy)], work.epochs)
-        job = submit_and_wait(cluster, run_dir, work.nodes, 1, arguments)
+    ended = submit_and_wait(cluster, run_dir, nodes, 1, job.arguments, script=job.script, name=job.name)
     link.read()  # a reading after the job's end, so every epoch's window lies between readings
-    if job.state != "COMPLETED" or job.exit_code != "0:0":
-        log = run_dir / f"job-{job.job_id}.out"
+    if ended.state != "COMPLETED" or ended.exit_code != "0:0":
+        log = run_dir / f"job-{ended.job_id}.out"
         tail = log.read_text()[-3000:] if log.exists() else "(no job output)"
-        raise SystemExit(f"{strategy}: job {job.job_id} into {run_dir} ended {job.state}, exit {job.exit_code}:\n{tail}")
-    epochs, problems = (streaming_epochs if strategy in STREAMING else hpcshuffle_epochs)(run_dir)
+        raise SystemExit(f"{strategy}: job {ended.job_id} into {run_dir} ended {ended.state}, exit {ended.exit_code}:\n{tail}")
+    epochs, problems = job.read(run_dir)
     # sorted: the thread's readings and this one's may be appended out of order
     samples = sorted(s for s in link.samples if s[0] >= submitted - POLL_S * 4)
     for epoch in epochs:
         epoch["shared_bytes"] = window_bytes(samples, epoch["wall"]["start"], epoch["wall"]["end"])
-    result = {"strategy": strategy, "job": job.job_id, "load_during": job.load,
-              "others": job.others, "before_first_epoch_bytes": window_bytes(samples, samples[0][0],
-                                                                             epochs[0]["wall"]["start"]),
-              "epochs": epochs, "audit_problems": problems, "kept": kept_fraction(trained_ids(run_dir, strategy))}
+    result = {"strategy": strategy, "job": ended.job_id, "load_during": ended.load,
+              "others": ended.others, "before_first_epoch_bytes": window_bytes(samples, samples[0][0],
+                                                                               epochs[0]["wall"]["start"]),
+              "epochs": epochs, "audit_problems": problems, **extra()}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
+
+
+def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str, run_dir: Path) -> dict:
+    """One job of `strategy` into `run_dir` (reused when its result.json exists): `measured`, with `kept`."""
+    if strategy in STREAMING:
+        job = JobSpec("jobs/streaming.sbatch", "streaming-peer", streaming_arguments(strategy, work), streaming_epochs)
+    else:
+        arguments = train_arguments([*workload(work.dataset), *strategy_overrides(strategy)], work.epochs)
+        job = JobSpec("jobs/train.sbatch", "cluster-scaling", arguments, hpcshuffle_epochs)
+    return measured(cluster, link, run_dir, strategy, work.nodes, job,
+                    lambda: {"kept": kept_fraction(trained_ids(run_dir, strategy))})
 
 
 def summarize(results: list[dict], image_bytes: int) -> dict:

@@ -27,7 +27,13 @@ from pathlib import Path
 import pytest
 
 from hpcshuffle.cli import build_parser, main, simulate_argv
-from hpcshuffle.studies import accuracy_readme, demo_runs, peers, readme_blocks
+from hpcshuffle.studies import (
+    accuracy_readme,
+    demo_runs,
+    dlio_peer,
+    peers,
+    readme_blocks,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 # the README, the docs, and the READMEs beside the scripts and results they describe
@@ -294,3 +300,14 @@ def test_the_peers_page_quotes_the_stored_streaming_table():
     text = peers.table_text(peers.summarize(stored["runs"], image_bytes), image_bytes)
     assert (REPO / "results/reference/peers/streaming.txt").read_text() == text + "\n"
     assert text in (REPO / "docs/peers.md").read_text(), "docs/peers.md's table differs from streaming.txt"
+
+
+def test_the_peers_page_quotes_the_stored_dlio_table():
+    """The same for DLIO's comparison: dlio.txt is what benchmarks/peers.py makes of dlio.json's runs, and
+    docs/peers.md quotes it."""
+    stored = json.loads((REPO / "results/reference/peers/dlio.json").read_text())
+    work = dlio_peer.DlioWorkload(**stored["workload"])
+    text = dlio_peer.dlio_table_text(dlio_peer.summarize_dlio(stored["runs"], work, stored["image_bytes"]), work,
+                                     stored["image_bytes"])
+    assert (REPO / "results/reference/peers/dlio.txt").read_text() == text + "\n"
+    assert text in (REPO / "docs/peers.md").read_text(), "docs/peers.md's table differs from dlio.txt"
