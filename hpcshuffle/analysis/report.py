@@ -90,7 +90,8 @@ def breakdown_table(run_dirs: list[Path], skip_first: bool = True) -> str:
 
 
 AU_LEGEND = ("AU: MLPerf Storage's accelerator utilisation, FW+BW over the run's wall time less its first step's "
-             "I/O, every epoch; a run qualifies at "
+             "I/O, every epoch (DLIO, which MLPerf Storage runs, also leaves every later epoch's first step out: "
+             "docs/peers.md); a run qualifies at "
              + ", ".join(f"{value:.0%} ({model})" for model, value in AU_THRESHOLDS.items())
              + "; a reading order of its own (LS, PLS) belongs in its open division")
 
