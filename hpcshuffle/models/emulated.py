@@ -27,6 +27,7 @@ class Emulated(nn.Module):
         self.head = nn.Linear(in_channels, num_classes)
 
     def forward(self, images: torch.Tensor) -> torch.Tensor:
+        """(N, num_classes) logits of (N, C, H, W) `images`, `step_s` seconds after the call."""
         time.sleep(self.step_s)
         return self.head(images.mean(dim=tuple(range(2, images.dim()))))
 
