@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from hpcshuffle.formats.synthetic import synth_imagefolder
+from hpcshuffle.plan import STRATEGIES, Strategy
+from hpcshuffle.plan.streaming import PEERS_PYTHON
 from hpcshuffle.storage.shared_io import shared_volume
 
 REPO = Path(__file__).resolve().parents[1]
@@ -38,6 +40,23 @@ for _name, _examples in HYPOTHESIS_PROFILES.items():
     settings.register_profile(_name, max_examples=_examples, deadline=None,
                               suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# a strategy whose planner runs a peer's own package (plan/streaming.py) needs the peers' venv: `make test`
+# makes it, `make check` does not
+NO_PEERS_VENV = f"{PEERS_PYTHON} is missing: `make peers` makes it"
+
+
+def can_plan(strategy: Strategy) -> bool:
+    """Whether this checkout can plan `strategy`: every one can, except one that needs the peers' venv
+    (`Strategy.peers_venv`) where `make peers` has not made it."""
+    return not strategy.peers_venv or PEERS_PYTHON.exists()
+
+
+def every_strategy_param() -> list:
+    """Every entry of the strategy table as a pytest parameter, for the tests run over the whole table;
+    one this checkout cannot plan (`can_plan`) skips, naming `make peers`."""
+    return [pytest.param(strategy, id=name, marks=pytest.mark.skipif(not can_plan(strategy), reason=NO_PEERS_VENV))
+            for name, strategy in STRATEGIES.items()]
 
 
 # -- how much slower this machine is than the one the suite's deadlines were set on. A test that waits

@@ -36,10 +36,12 @@ class ShuffleConfig:
         unit: "sample", or "shard": the plan partitions and exchanges whole shards of a packed
             dataset (plan/shards.py), with shard j holding ids [jG, (j+1)G).
         buffer: B > 0: each epoch a node reads its shards in a shuffled order, each one in order,
-            through a shuffle buffer of B samples; 0: a full shuffle of what the node holds (for a
-            strategy that reads blocks, CorgiPile: ten blocks).
+            through a shuffle buffer of B samples; 0: a full shuffle of what the node holds. For a
+            strategy that reads blocks: CorgiPile's buffer (0: ten blocks), Streaming's shuffle
+            block (0: Streaming's default).
         block: G, samples per block for a strategy that reads shared storage in blocks of
-            consecutive ids (CorgiPile); a packed dataset's shards with shuffle.unit=shard.
+            consecutive ids (CorgiPile's blocks, Streaming's shards); a packed dataset's shards with
+            shuffle.unit=shard.
     """
 
     name: str = "local"
@@ -67,7 +69,7 @@ class ShuffleConfig:
                      error=ConfigError)
         elif self.block and not self.strategy.blocks:
             blocked = [name for name, strategy in STRATEGIES.items() if strategy.blocks]
-            raise ConfigError(f"shuffle.block only applies to shuffle={' or '.join(blocked)}, which reads blocks; "
+            raise ConfigError(f"shuffle.block only applies to the strategies that read blocks ({', '.join(blocked)}); "
                               f"shuffle={self.name} does not: drop shuffle.block")
         if not 0.0 <= self.q <= 1.0:
             raise ConfigError(f"shuffle.q must be in [0, 1], got {self.q}")

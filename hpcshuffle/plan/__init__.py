@@ -1,4 +1,5 @@
-"""Shuffling plans: pure, seeded functions of the run's shape. No I/O, no MPI, no torch.
+"""Shuffling plans: pure, seeded functions of the run's shape. No I/O, no MPI, no torch (streaming.py
+alone asks a helper process for MosaicML Streaming's orders, whose package runs in the peers' venv).
 
 The plan is the whole per-step script of a run: per epoch and rank, the ids held at the start,
 the order trained in, where each position's sample comes from (`EpochPlan.sources`), and the

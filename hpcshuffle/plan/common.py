@@ -338,16 +338,23 @@ def node_union(spec: PlanSpec, held: list[np.ndarray], node: int) -> np.ndarray:
     return np.sort(np.concatenate([held[rank] for rank in spec.node_ranks(node)]))
 
 
-def dealt_from_shared(spec: PlanSpec, epoch: int, stream: np.ndarray) -> EpochPlan:
-    """The plan of a strategy that reads every sample from shared storage: `stream` (every id once),
-    padded to M·⌈N/M⌉ like DistributedSampler, dealt to the ranks in contiguous runs; nothing held."""
+def from_shared(spec: PlanSpec, epoch: int, orders: np.ndarray) -> EpochPlan:
+    """The plan of a strategy that reads every sample from shared storage: rank r trains on `orders[r]`
+    (int64 (M, ⌈N/M⌉)) and holds nothing."""
     return EpochPlan(
         spec=spec,
         epoch=epoch,
         held=[np.empty(0, dtype=np.int64) for _ in range(spec.num_ranks)],
-        order=list(pad_to(stream, spec.num_ranks * spec.max_share).reshape(spec.num_ranks, spec.max_share)),
+        order=list(orders),
         reads_shared=[spec.max_share] * spec.num_ranks,
     )
+
+
+def dealt_from_shared(spec: PlanSpec, epoch: int, stream: np.ndarray) -> EpochPlan:
+    """`from_shared` of `stream` (every id once), padded to M·⌈N/M⌉ like DistributedSampler and dealt to
+    the ranks in contiguous runs."""
+    padded = pad_to(stream, spec.num_ranks * spec.max_share)
+    return from_shared(spec, epoch, padded.reshape(spec.num_ranks, spec.max_share))
 
 
 def pad_to(ids: np.ndarray, length: int) -> np.ndarray:

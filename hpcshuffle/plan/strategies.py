@@ -20,6 +20,7 @@ from hpcshuffle.plan.global_ import plan_global
 from hpcshuffle.plan.local import plan_local
 from hpcshuffle.plan.locality import plan_locality
 from hpcshuffle.plan.partial import plan_partial
+from hpcshuffle.plan.streaming import plan_streaming_py1br, plan_streaming_py1e
 
 Planner = Callable[[PlanSpec, list[np.ndarray], int], EpochPlan]
 
@@ -47,8 +48,11 @@ class Strategy:
         on_q_axis: its accuracy is a point of the q curve that tune-q searches (local is q = 0).
         role: "reference" (what tune-q compares accuracy with), "baseline" (what report divides
             epoch times by) or "" for neither.
-        blocks: it reads shared storage in blocks of consecutive ids through a shuffle buffer
-            (shuffle.block, shuffle.buffer), not one sample at a time.
+        blocks: it reads shared storage in blocks of consecutive ids (shuffle.block) and shuffles
+            them within a window of shuffle.buffer samples (CorgiPile's buffer, Streaming's shuffle
+            block), not one sample at a time.
+        peers_venv: its planner runs a peer's own package in the peers' venv (`make peers`), and
+            cannot plan without it (plan/streaming.py).
     """
 
     name: str
@@ -59,6 +63,7 @@ class Strategy:
     on_q_axis: bool = False
     role: str = ""
     blocks: bool = False
+    peers_venv: bool = False
 
     def q_for(self, requested: float | None) -> float:
         """The q a run of this strategy has: the fixed one, or the requested one (which must agree)."""
@@ -109,6 +114,9 @@ STRATEGIES: dict[str, Strategy] = {
         Strategy("locality", plan_locality, 0.0, HOME_STORE, PATH_LOANS),
         Strategy("global", plan_global, 1.0, HOME_SHARED, PATH_SHARED, role="reference"),
         Strategy("corgipile", plan_corgipile, 1.0, HOME_SHARED, PATH_SHARED, blocks=True),
+        # MosaicML Streaming: a worker keeps its shards every epoch, so nothing moves (q = 0)
+        Strategy("streaming_py1e", plan_streaming_py1e, 0.0, HOME_SHARED, PATH_SHARED, blocks=True, peers_venv=True),
+        Strategy("streaming_py1br", plan_streaming_py1br, 0.0, HOME_SHARED, PATH_SHARED, blocks=True, peers_venv=True),
     )
 }
 

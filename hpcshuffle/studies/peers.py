@@ -26,6 +26,7 @@ from pathlib import Path
 from hpcshuffle.analysis.audit import audit_problems
 from hpcshuffle.analysis.intervals import spread
 from hpcshuffle.files import read_jsonl
+from hpcshuffle.plan.streaming import PEERS_PYTHON
 from hpcshuffle.studies.cluster import PFS, Cluster
 from hpcshuffle.studies.cluster_runs import (
     BATCH,
@@ -35,10 +36,9 @@ from hpcshuffle.studies.cluster_runs import (
     STRATEGIES,
     workload,
 )
-from hpcshuffle.studies.runs import REPO, records, strategy_overrides, train_arguments
+from hpcshuffle.studies.runs import records, strategy_overrides, train_arguments
 from hpcshuffle.studies.sbatch_job import submit_and_wait
 
-PEERS_PYTHON = REPO / ".venv-peers" / "bin" / "python"
 STREAMING = ("streaming-py1e", "streaming-py1br", "streaming-py1e-cached", "streaming-py1br-cached")
 ALL_STRATEGIES = (*STRATEGIES, *STREAMING)
 SHARD_BYTES = 1 << 20  # Streaming's default size_limit is 64 MiB: 1 MiB keeps ~10 images a shard here

@@ -67,7 +67,9 @@ def test_paper_recipes():
         ("dataset.augment=mixup", "dataset.augment must be one of"),
         ("loss.label_smoothing=1.5", r"loss.label_smoothing must be in \[0, 1\)"),
         ("cache.policy=fifo", "cache.policy must be 'none' or one of"),
-        ("cache.policy=lru shuffle=local", "only shuffle=global or shuffle=corgipile without storage.replica makes"),
+        ("cache.policy=lru shuffle=local",
+         "only shuffle=global or shuffle=corgipile or shuffle=streaming_py1e or shuffle=streaming_py1br without "
+         "storage.replica makes"),
         ("cache.policy=lru shuffle=global cache.samples=0", "cache.samples must be >= 1 or null"),
         ("loader.io_threads=0", "loader.io_threads must be >= 1"),
         ("shuffle.virtual_workers=-1", r"shuffle.virtual_workers must be >= 0 \(0: off\), got -1"),

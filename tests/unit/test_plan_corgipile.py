@@ -51,7 +51,8 @@ def test_a_sample_leaves_with_its_buffer_fill():
 
 @pytest.mark.parametrize(("override", "message"), [
     ("shuffle=corgipile shuffle.block=0", r"shuffle.block must be >= 1 samples \(shuffle=corgipile reads blocks"),
-    ("shuffle=local shuffle.block=10", "shuffle.block only applies to shuffle=corgipile, which reads blocks"),
+    ("shuffle=local shuffle.block=10", r"shuffle.block only applies to the strategies that read blocks \(corgipile, "
+                                      r"streaming_py1e, streaming_py1br\); shuffle=local does not"),
 ])
 def test_block_settings_that_cannot_work_are_named(override, message):
     with pytest.raises(ConfigError, match=message):

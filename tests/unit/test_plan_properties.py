@@ -1,7 +1,7 @@
 """Property tests of every entry of the strategy table over random run shapes.
 
 Each test runs once per `STRATEGIES` entry, so a strategy added to the table is checked here
-with no edit. What a strategy must satisfy is stated through its record (`home`, `data_path`,
+with no edit (one whose planner needs the peers' venv skips where `make peers` has not made it). What a strategy must satisfy is stated through its record (`home`, `data_path`,
 `fixed_q`, `headroom`) and its plans, never through its name. Every property is checked for 3
 epochs of a random valid spec: N in 1..3000, M in 1..min(64, N), b in 1..⌊N/M⌋, q in [0, 1]
 where the strategy leaves q to the user, any seed.
@@ -26,7 +26,6 @@ from hpcshuffle.plan import (
     HOME_STORE,
     PATH_EXCHANGE,
     PATH_LOANS,
-    STRATEGIES,
     EpochPlan,
     Exchange,
     Loans,
@@ -35,10 +34,11 @@ from hpcshuffle.plan import (
     moves_per_rank,
     plan_epochs,
 )
+from tests.conftest import every_strategy_param
 
 EPOCHS = 3
 SETTINGS = settings()  # examples per test: the profile's (tests/conftest.py)
-every_strategy = pytest.mark.parametrize("strategy", STRATEGIES.values(), ids=STRATEGIES.keys())
+every_strategy = pytest.mark.parametrize("strategy", every_strategy_param())
 
 
 @st.composite

@@ -20,14 +20,14 @@ from hpcshuffle.plan import (
     PATH_LOANS,
     PATH_SHARED,
     PATH_STORE,
-    STRATEGIES,
     PlanSpec,
     Strategy,
     plan_epochs,
 )
 from hpcshuffle.scale.traffic import Transfers, epoch_traffic, traffic_of
+from tests.conftest import every_strategy_param
 
-every_strategy = pytest.mark.parametrize("strategy", STRATEGIES.values(), ids=STRATEGIES.keys())
+every_strategy = pytest.mark.parametrize("strategy", every_strategy_param())
 # (N, M, b, R): 211 is prime, so partitions differ in size and the last batch is short; M = 1 has no
 # peers; R > 1: nodes of R ranks share one partition (node scope, for the strategies that have one)
 SHAPES = [(211, 6, 7, 1), (100, 4, 25, 1), (64, 8, 3, 1), (37, 1, 5, 1), (211, 6, 7, 3), (100, 8, 5, 2)]
