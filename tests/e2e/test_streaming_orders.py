@@ -1,5 +1,6 @@
 """The plans of shuffle=streaming_py1e and streaming_py1br (plan/streaming.py) are a real StreamingDataset's
-orders, id by id. An MDS dataset of shards of G consecutive ids is read for a few epochs by M simulated nodes
+orders, id by id, and hpcshuffle's copy-free reading of Streaming's shuffle-quality score
+(analysis/order_entropy.py) gives what Streaming's simulator gives on them. An MDS dataset of shards of G consecutive ids is read for a few epochs by M simulated nodes
 of one rank each, under py1e and py1br, with Streaming's default shuffle block and with a small one: every
 node gets, every epoch, the plan's order for its worker, and the shards its local directory holds at the end
 are the ones `shard_cache_reads` counts. Runs Streaming in the peers' venv; skips without it (`make peers`).
@@ -15,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from hpcshuffle.analysis.order_entropy import entropy_quality
 from hpcshuffle.plan import PlanSpec, plan_epochs
 from hpcshuffle.plan.streaming import PEERS_PYTHON, shard_cache_reads
 from tests.conftest import NO_PEERS_VENV, REPO
@@ -88,3 +90,35 @@ def test_each_node_gets_its_workers_planned_order_every_epoch(streaming, algo, b
     for node, held in enumerate(run["shards"]):
         assert held == sorted(set(np.concatenate([plan.order[node] for plan in plans]) // SHARD))
         assert reads[node] == sum(streaming["shard_samples"][shard] for shard in held)
+
+
+# Streaming's simulator scores epoch 0 of a run; a shape without padding, so both read the same ids
+QUALITY_SHAPE = {"samples": 480, "nodes": 4, "batch": 6, "shard": 10, "block": 40, "seed": 5}
+
+
+def simulator_quality(algo: str, samples: int, nodes: int, batch: int, shard: int, block: int, seed: int) -> float:
+    """Runs in the peers' venv: Streaming's simulator's entropy score of `algo` on `nodes` nodes of one rank
+    and one worker each (canonical nodes = nodes)."""
+    from simulation.core.shuffle_quality import (
+        get_entropy_shuffle_quality,
+        get_partition_shard_info,
+    )
+
+    partition, shard_sizes, shard_of = get_partition_shard_info(samples, nodes, nodes, 1, 1, batch, shard,
+                                                                remove_padding=True)
+    return get_entropy_shuffle_quality(algo, partition, shard_sizes, shard_of, nodes, seed, block)
+
+
+@pytest.mark.parametrize("algo", ["py1e", "py1br"])
+def test_the_entropy_score_is_streaming_simulators_on_its_own_orders(algo):
+    code = ("import json, sys; from tests.e2e.test_streaming_orders import simulator_quality; "
+            "print(simulator_quality(**json.loads(sys.argv[1])))")
+    done = subprocess.run([str(PEERS_PYTHON), "-c", code, json.dumps({"algo": algo, **QUALITY_SHAPE})], cwd=REPO,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    shape = QUALITY_SHAPE
+    spec = PlanSpec(shape["samples"], shape["nodes"], shape["batch"], 0.0, shape["seed"], shard_samples=shape["shard"],
+                    shuffle_buffer=shape["block"])
+    plan = next(plan_epochs(spec, f"streaming_{algo}", 1))
+    ours = entropy_quality(plan.order, shape["batch"], shape["shard"])
+    assert ours == pytest.approx(float(done.stdout.splitlines()[-1]), rel=1e-12)
