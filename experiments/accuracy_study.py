@@ -41,6 +41,7 @@ from hpcshuffle.analysis.study import study_table, summary
 from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli.plan import partition_arg
 from hpcshuffle.staging.dataset import ensure_synthetic
+from hpcshuffle.studies.accuracy_peers import peers_of, write_peer_preregistration
 from hpcshuffle.studies.accuracy_report import (
     SKEW_TOLERANCE,
     figures_of,
@@ -122,6 +123,11 @@ def main() -> None:
                         help="train nothing: write what the plans alone predict for every cell that holds a partition "
                              "(tune-q --predict's q, the strategies ranked by label skew) to JSON, to commit before "
                              "any of those cells is trained; a cell that has runs already is left out")
+    parser.add_argument("--preregister-peers", default=None, metavar="JSON",
+                        help="train nothing: write what the plans alone say of every strategy of each cell (label "
+                             "skew, Streaming's entropy score, shared-storage reads, the two predicted orders) to "
+                             "JSON, to commit before the peers' strategies among --strategies (corgipile, "
+                             "streaming_py1e, ...) are trained; a cell where one has runs is left out")
     parser.add_argument("--preregistered", default=None, metavar="JSON",
                         help="hold the study against the predictions --preregister wrote before it was trained")
     parser.add_argument("overrides", nargs="*",
@@ -150,10 +156,14 @@ def main() -> None:
 
     first = args.partitions[0]
     make_dataset(args.dataset)
+    batches = {m: [f"batch_size={args.global_batch // m}"] if args.global_batch else [] for m in args.workers}
     if args.preregister:
-        batches = {m: [f"batch_size={args.global_batch // m}"] if args.global_batch else [] for m in args.workers}
         write_preregistration(Path(args.preregister), out, args.dataset, args.partitions, batches, args.strategies,
                               args.epochs, args.seeds, overrides, SKEW_TOLERANCE)
+        return
+    if args.preregister_peers:
+        write_peer_preregistration(Path(args.preregister_peers), out, args.dataset, args.partitions, batches,
+                                   args.strategies, peers_of(args.strategies), args.epochs, args.seeds, overrides)
         return
     cells = list(dict.fromkeys((p if has_partition(s) else first, m, s)
                                for p in args.partitions for m in args.workers for s in args.strategies))

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from hpcshuffle.files import read_jsonl
+from hpcshuffle.plan import STRATEGIES
 from hpcshuffle.storage.shared_io import shared_volume
 
 REPO = Path(__file__).resolve().parents[2]  # the source checkout: runs start here
@@ -26,12 +27,14 @@ def launch_environment() -> dict[str, str]:
 
 
 def strategy_overrides(strategy: str) -> list[str]:
-    """`global`, `local`, `locality` or `partial-<q>` as Hydra overrides."""
+    """`partial-<q>`, or any other strategy of the table by its name (`global`, `local`, `corgipile`,
+    `streaming_py1e`, ...), as Hydra overrides."""
     if strategy.startswith("partial-"):
         return ["shuffle=partial", f"shuffle.q={float(strategy.removeprefix('partial-'))}"]
-    if strategy in ("global", "local", "locality"):
+    if strategy in STRATEGIES and strategy != "partial":
         return [f"shuffle={strategy}"]
-    raise ValueError(f"unknown strategy {strategy!r}: use global, local, locality or partial-<q> (e.g. partial-0.1)")
+    others = ", ".join(name for name in STRATEGIES if name != "partial")
+    raise ValueError(f"unknown strategy {strategy!r}: use partial-<q> (e.g. partial-0.1) or one of {others}")
 
 
 @contextmanager

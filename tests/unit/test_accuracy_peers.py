@@ -1,0 +1,36 @@
+"""The second pre-registration's measures (hpcshuffle/studies/accuracy_peers.py) on a small synthetic
+dataset: label skew and Streaming's entropy score rank the strategies of a class-sorted cell as they
+should, the shared-storage reads are the plans', and the study names the strategies it can train."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpcshuffle.studies.accuracy_peers import peer_preregistered, peers_of
+from hpcshuffle.studies.runs import strategy_overrides
+
+OVERRIDES = ["dataset=synthetic", "dataset.synthesize.samples=400", "dataset.synthesize.classes=10", "batch_size=5"]
+
+
+def test_a_contiguous_cell_ranks_local_last_and_partial_before_it():
+    # the synthetic labels cycle through the classes id by id: contiguous parts are mildly skewed, and
+    # CorgiPile's blocks of 10 consecutive ids hold every class, so it mixes as well as global shuffling
+    cell = peer_preregistered(OVERRIDES, "contiguous", 4, 3, ["global", "local", "partial-0.3", "corgipile"], shard=10)
+    measures = cell["measures"]
+    assert cell["order_by_skew"][-2:] == cell["order_by_entropy"][-2:] == ["partial-0.3", "local"]
+    assert measures["local"]["skew"] > measures["partial-0.3"]["skew"] > max(measures["global"]["skew"],
+                                                                               measures["corgipile"]["skew"])
+    # global and CorgiPile read every sample from shared storage every epoch, local and partial none
+    assert measures["global"]["shared_reads"] == measures["corgipile"]["shared_reads"] == [400, 400, 400]
+    assert measures["local"]["shared_reads"] == measures["partial-0.3"]["shared_reads"] == [0, 0, 0]
+
+
+def test_the_peers_are_the_strategies_without_a_partition_besides_global():
+    assert peers_of(["global", "local", "partial-0.1", "corgipile", "streaming_py1e"]) == ["corgipile", "streaming_py1e"]
+
+
+def test_a_strategy_is_named_by_the_table_or_as_partial_q():
+    assert strategy_overrides("streaming_py1br") == ["shuffle=streaming_py1br"]
+    assert strategy_overrides("partial-0.3") == ["shuffle=partial", "shuffle.q=0.3"]
+    with pytest.raises(ValueError, match=r"unknown strategy 'streaming-py1e': use partial-<q> .* streaming_py1e"):
+        strategy_overrides("streaming-py1e")
