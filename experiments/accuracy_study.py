@@ -41,7 +41,12 @@ from hpcshuffle.analysis.study import study_table, summary
 from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli.plan import partition_arg
 from hpcshuffle.staging.dataset import ensure_synthetic
-from hpcshuffle.studies.accuracy_peers import peers_of, write_peer_preregistration
+from hpcshuffle.studies.accuracy_peers import (
+    peers_of,
+    plan_measures,
+    score_shard,
+    write_peer_preregistration,
+)
 from hpcshuffle.studies.accuracy_report import (
     SKEW_TOLERANCE,
     figures_of,
@@ -190,9 +195,13 @@ def main() -> None:
     result["setup"] = study_setup(args.dataset, args.partitions, args.workers, args.epochs, args.seeds, rows,
                                   run_dirs[0])
     result["runs"] = runs_of(rows, result)
+    shard = score_shard(overrides)
     for cell in result["cells"]:
         found = predicted_q(out, first, cell, args.strategies, SKEW_TOLERANCE)
         cell["predicted_q"], cell["predicted_skew"] = found["q"], {f"{q:g}": v for q, v in found["skew"].items()}
+        # seed 0's plans: label skew, Streaming's entropy score, samples read from shared storage each epoch
+        cell["plan_measures"] = plan_measures([*overrides, *batches[cell["workers"]]], cell["partition"],
+                                              cell["workers"], args.epochs, args.strategies, shard)
     if args.preregistered:
         result["preregistered"] = preregistration_check(result, json.loads(Path(args.preregistered).read_text()))
     variant = stamp(result, args.dataset, norm_of(rows))

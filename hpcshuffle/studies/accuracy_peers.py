@@ -58,14 +58,21 @@ def order_measures(overrides: list[str], partition: str, workers: int, epochs: i
             "shared_reads": reads.tolist()}
 
 
+def plan_measures(overrides: list[str], partition: str, workers: int, epochs: int, strategies: list[str],
+                  shard: int) -> dict[str, dict]:
+    """`order_measures` of every strategy of one cell, by strategy."""
+    config = composed([*overrides, f"storage.partition={partition}", f"shuffle.virtual_workers={workers}"])
+    labels = np.asarray(training_labels(config["dataset"]))
+    return {s: order_measures(overrides, partition, workers, epochs, s, labels, shard) for s in strategies}
+
+
 def peer_preregistered(overrides: list[str], partition: str, workers: int, epochs: int, strategies: list[str],
                        shard: int) -> dict:
     """One cell's measures for every strategy and the two predicted orders of accuracy: by label skew (least
     first) and by the entropy score (highest first)."""
-    config = composed([*overrides, f"storage.partition={partition}", f"shuffle.virtual_workers={workers}"])
-    labels = np.asarray(training_labels(config["dataset"]))
-    measures = {s: order_measures(overrides, partition, workers, epochs, s, labels, shard) for s in strategies}
-    return {"partition": partition, "workers": workers, "batch_size": config["batch_size"], "measures": measures,
+    measures = plan_measures(overrides, partition, workers, epochs, strategies, shard)
+    batch_size = composed([*overrides, f"shuffle.virtual_workers={workers}"])["batch_size"]
+    return {"partition": partition, "workers": workers, "batch_size": batch_size, "measures": measures,
             "order_by_skew": sorted(strategies, key=lambda s: measures[s]["skew"]),
             "order_by_entropy": sorted(strategies, key=lambda s: -measures[s]["entropy"])}
 
