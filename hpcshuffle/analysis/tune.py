@@ -327,3 +327,24 @@ def _skipped_lines(skipped: list[tuple[str, str]]) -> list[str]:
     if any(why.startswith("incomplete") for _, why in skipped):
         lines.append("  (--include-incomplete counts incomplete runs at their last epoch)")
     return lines
+
+
+def predictor_record(checks: dict[str, dict]) -> list[str]:
+    """How `tune-q --predict` has fared where its predictions were committed before training, beside the
+    constants scored by the same rule on the same cells. `checks`: per study name, its pre-registration
+    check (the study JSON's `preregistered`: per cell the predicted and the trained q, and the constants'
+    hits). Two questions: the q (a hit: the q training found, or a larger one that still reaches GS), and
+    whether LS is safe (predicted q 0 against LS reaching GS; the constants: LS always, LS never)."""
+    lines, beaten, safe, always, never, cells = [], 0, 0, 0, 0, 0
+    for name, check in checks.items():
+        constants = ", ".join(f"{constant} {hits}" for constant, hits in check["baselines"].items())
+        lines.append(f"{name}: the q right in {check['q_hits']} of {len(check['cells'])} cells ({constants})")
+        beaten += check["q_hits"] > max(check["baselines"].values())
+        for cell in check["cells"]:
+            kept = cell["trained_q"] == 0  # the smallest q reaching GS is LS's
+            safe += (cell["predicted_q"] == 0) == kept
+            always, never, cells = always + kept, never + (not kept), cells + 1
+    verdict = (f"it beats every constant at choosing q in {beaten} of {len(checks)} studies"
+               + (": do not take its q as the one to use" if beaten < len(checks) else ""))
+    return [*lines, f"{verdict}; whether LS is safe, it is right in {safe} of {cells} cells (LS always: {always}, "
+                    f"LS never: {never})"]

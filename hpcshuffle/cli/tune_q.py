@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 from hpcshuffle.analysis.labels import predict_q
@@ -55,6 +56,7 @@ def cmd_tune_q(args: argparse.Namespace) -> None:
     with --predict, the q the plans' label skew predicts, training nothing."""
     if args.predict:
         print(predict_table(predictions(args)))
+        print(track_record())
         return
     if args.results_dir is None:
         raise ValueError("give RESULTS_DIR (a sweep's output), or --predict with --samples, --classes and --workers")
@@ -102,3 +104,23 @@ def predict_table(found: list[dict]) -> str:
         lines.append(f"{row['workers']:>6} {row['global']:>8.4f} "
                      + " ".join(f"{row['skew'][q_]:>8.4f}" for q_ in qs) + f" {q:>6}")
     return "\n".join(lines)
+
+
+STUDIES = Path(__file__).resolve().parents[2] / "results" / "reference"  # the stored accuracy studies
+
+
+def track_record(studies: Path = STUDIES) -> str:
+    """`predictor_record` of the accuracy studies stored under `studies` (results/reference in a checkout),
+    or a line saying there are none to score it against."""
+    from hpcshuffle.analysis.tune import predictor_record
+
+    checks = {}  # by <dataset>/<norm>: a variant filed in its main study and in a file of its own counts once
+    for path in sorted(studies.glob("accuracy_*.json")):
+        study = json.loads(path.read_text())
+        for found in [study, *study.get("variants", {}).values()]:
+            if "preregistered" in found:
+                checks[f"{found['rows'][0]['dataset']}/{found['rows'][0]['norm']}"] = found["preregistered"]
+    if not checks:
+        return f"(no stored pre-registered study under {studies} to score this prediction against)"
+    return "\n".join(["its record where it was committed before training (results/reference):",
+                      *(f"  {line}" for line in predictor_record(checks))])

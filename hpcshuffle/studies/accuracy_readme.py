@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from hpcshuffle.analysis.intervals import EQUIVALENCE_MARGIN, REACH_LEVEL
+from hpcshuffle.analysis.tune import predictor_record
 from hpcshuffle.studies import readme_blocks
 from hpcshuffle.studies.accuracy_runs import strategy_of
 from hpcshuffle.studies.readme_blocks import rewrite_block
@@ -141,8 +142,17 @@ def block(study: dict, synthetic: dict, fashion: dict | None = None) -> str:
     if variant is not None:
         lines += ["", "With BatchNorm over the global batch instead (`model.norm=global`):", "",
                   *cell_table({**variant, "setup": setup}, predicted_of(variant, study))]
-    lines += ["", *findings(study, variant), f"- **Synthetic data, the secondary study** ({synthetic_line(synthetic, study)})."]
+    lines += ["", *findings(study, variant), f"- **Synthetic data, the secondary study** ({synthetic_line(synthetic, study)}).",
+              "", record_line(study, variant, fashion)]
     return "\n".join(lines)
+
+
+def record_line(study: dict, variant: dict | None, fashion: dict | None) -> str:
+    """What `tune-q --predict` is good for, counted over every pre-registration above (its output says the same)."""
+    checks = {f"{found['rows'][0]['dataset']}/{found['rows'][0]['norm']}": found["preregistered"]
+              for found in (fashion, study, variant) if found is not None and "preregistered" in found}
+    return ("**What `tune-q --predict` is good for**, over the pre-registered cells above: "
+            + "; ".join(predictor_record(checks)) + ".")
 
 
 def stored_studies() -> tuple[dict, dict, dict | None]:

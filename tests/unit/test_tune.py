@@ -16,7 +16,7 @@ from hpcshuffle.analysis.report import (
     find_runs,
     write_summary_csv,
 )
-from hpcshuffle.analysis.tune import tune_q, tune_table
+from hpcshuffle.analysis.tune import predictor_record, tune_q, tune_table
 from hpcshuffle.cli import main
 from tests.conftest import cli_error
 
@@ -341,3 +341,27 @@ def test_report_takes_a_directory_of_runs_and_writes_csv(sweep, tmp_path, capsys
     (tmp_path / "empty").mkdir()
     assert "no run directories under" in cli_error(capsys, "report", str(tmp_path / "empty"))
     assert "does not exist" in cli_error(capsys, "report", str(tmp_path / "missing"))
+
+
+def test_the_predictors_record_counts_the_constants_on_the_same_cells():
+    def cell(predicted, trained):
+        return {"predicted_q": predicted, "trained_q": trained}
+
+    checks = {
+        "digits/worker": {"q_hits": 2, "cells": [cell(0.0, 0.0), cell(0.3, None), cell(0.3, 0.1)],
+                          "baselines": {"always LS": 1, "always 0.1": 1, "always 0.3": 2}},
+        "fashion/worker": {"q_hits": 2, "cells": [cell(0.0, 0.0), cell(0.3, 0.3)],
+                           "baselines": {"always LS": 1, "always 0.1": 0, "always 0.3": 1}},
+    }
+    lines = predictor_record(checks)
+    assert lines[0] == "digits/worker: the q right in 2 of 3 cells (always LS 1, always 0.1 1, always 0.3 2)"
+    # 2 ties 2 in the digits study: beaten only in fashion; LS safe where predicted 0 and trained 0, unsafe
+    # where neither is 0: every cell here
+    assert lines[-1] == ("it beats every constant at choosing q in 1 of 2 studies: do not take its q as the one to "
+                         "use; whether LS is safe, it is right in 5 of 5 cells (LS always: 2, LS never: 3)")
+
+
+def test_tune_q_predict_says_how_it_fared_on_the_stored_studies(capsys):
+    main(["tune-q", "--predict", "--samples", "200", "--classes", "4", "--workers", "4", "--epochs", "2"])
+    out = capsys.readouterr().out
+    assert "its record where it was committed before training" in out and "beats every constant" in out
