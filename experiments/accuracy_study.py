@@ -42,6 +42,8 @@ from hpcshuffle.analysis.tune import tune_q, tune_table
 from hpcshuffle.cli.plan import partition_arg
 from hpcshuffle.staging.dataset import ensure_synthetic
 from hpcshuffle.studies.accuracy_peers import (
+    peer_check_text,
+    peer_preregistration_check,
     peers_of,
     plan_measures,
     score_shard,
@@ -133,6 +135,8 @@ def main() -> None:
                              "skew, Streaming's entropy score, shared-storage reads, the two predicted orders) to "
                              "JSON, to commit before the peers' strategies among --strategies (corgipile, "
                              "streaming_py1e, ...) are trained; a cell where one has runs is left out")
+    parser.add_argument("--preregistered-peers", default=None, metavar="JSON",
+                        help="hold the study against what --preregister-peers wrote before the peers were trained")
     parser.add_argument("--preregistered", default=None, metavar="JSON",
                         help="hold the study against the predictions --preregister wrote before it was trained")
     parser.add_argument("overrides", nargs="*",
@@ -204,6 +208,9 @@ def main() -> None:
                                               cell["workers"], args.epochs, args.strategies, shard)
     if args.preregistered:
         result["preregistered"] = preregistration_check(result, json.loads(Path(args.preregistered).read_text()))
+    if args.preregistered_peers:
+        result["preregistered_peers"] = peer_preregistration_check(
+            result, json.loads(Path(args.preregistered_peers).read_text()))
     variant = stamp(result, args.dataset, norm_of(rows))
     json_path = Path(args.json) if args.json else out.with_suffix(".json")
     write_study(json_path, result)
@@ -215,6 +222,7 @@ def main() -> None:
         f"{args.seeds} seeds (M virtual workers)",
         study_table(result), tune_table(tune_q(rows, 1.0)), prediction_lines(result),
         *([preregistration_table(result["preregistered"])] if args.preregistered else []),
+        *([peer_check_text(result["preregistered_peers"])] if args.preregistered_peers else []),
     ])
     print(text)
     (figures / "accuracy_study.txt").write_text(text + "\n")

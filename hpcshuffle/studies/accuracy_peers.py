@@ -21,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpcshuffle.analysis.intervals import spearman
 from hpcshuffle.analysis.labels import plan_quality
 from hpcshuffle.analysis.order_entropy import entropy_quality
 from hpcshuffle.plan import PlanSpec, get_strategy, plan_epochs
@@ -29,6 +30,7 @@ from hpcshuffle.studies.accuracy_runs import (
     cell_dir,
     composed,
     has_partition,
+    strategy_of,
     training_labels,
 )
 from hpcshuffle.studies.runs import REPO, strategy_overrides
@@ -118,3 +120,49 @@ def write_peer_preregistration(path: Path, out: Path, dataset: str, partitions: 
 def peers_of(strategies: list[str]) -> list[str]:
     """The study's strategies without a partition besides global (the peers': corgipile, streaming_*)."""
     return [s for s in strategies if not has_partition(s) and s != "global"]
+
+
+def rho(pairs: list[tuple[float, float]]) -> dict:
+    """Spearman's ρ of (measure, gap) pairs, None below 3 pairs or where either side is one value throughout."""
+    defined = len(pairs) >= 3 and all(len(set(side)) > 1 for side in zip(*pairs))
+    return {"points": len(pairs), "spearman_rho": round(spearman(*zip(*pairs)), 3) if defined else None}
+
+
+def peer_preregistration_check(result: dict, preregistered: dict) -> dict:
+    """The second pre-registration held against the trained study: per cell and within each partition,
+    Spearman's ρ of each measure (label skew negated, the entropy score) against the paired gap to
+    global shuffling (0 for global itself), over the strategies trained in the cell."""
+    gaps = {(g["partition"], g["workers"], strategy_of(g)): g["gap_mean"] for g in result["gaps"]}
+    cells, pooled = [], {}
+    for cell in preregistered["cells"]:
+        key = (cell["partition"], cell["workers"])
+        trained = {s: 0.0 if s == "global" else gaps[(*key, s)] for s in cell["measures"]
+                   if s == "global" or (*key, s) in gaps}
+        if len(trained) < 2:
+            continue
+        measures = {"skew": {s: -cell["measures"][s]["skew"] for s in trained},
+                    "entropy": {s: cell["measures"][s]["entropy"] for s in trained}}
+        row = {"partition": key[0], "workers": key[1], "gaps": trained,
+               "trained_order": sorted(trained, key=lambda s: -trained[s])}
+        for name, values in measures.items():
+            row[f"rho_{name}"] = rho([(values[s], trained[s]) for s in trained])["spearman_rho"]
+            pooled.setdefault(key[0], {}).setdefault(name, []).extend((values[s], trained[s]) for s in trained)
+        cells.append(row)
+    return {"cells": cells,
+            "by_partition": {partition: {name: rho(pairs) for name, pairs in found.items()}
+                             for partition, found in pooled.items()}}
+
+
+def peer_check_text(check: dict) -> str:
+    """`peer_preregistration_check` as the study's text prints it: ρ of each measure per cell and per partition."""
+    def value(found: float | None) -> str:
+        return "undefined" if found is None else f"{found:+.2f}"
+
+    lines = ["the second pre-registration: Spearman's rho of each measure (label skew negated, entropy score) "
+             "against the paired gap to GS"]
+    lines += [f"  {c['partition']} M={c['workers']}: skew {value(c['rho_skew'])}, entropy {value(c['rho_entropy'])} "
+              f"(trained order {' > '.join(c['trained_order'])})" for c in check["cells"]]
+    lines += [f"  within {partition}: skew {value(found['skew']['spearman_rho'])}, entropy "
+              f"{value(found['entropy']['spearman_rho'])} ({found['skew']['points']} points)"
+              for partition, found in check["by_partition"].items()]
+    return "\n".join(lines)

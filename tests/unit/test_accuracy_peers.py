@@ -6,7 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from hpcshuffle.studies.accuracy_peers import peer_preregistered, peers_of
+from hpcshuffle.studies.accuracy_peers import (
+    peer_check_text,
+    peer_preregistered,
+    peer_preregistration_check,
+    peers_of,
+)
 from hpcshuffle.studies.runs import strategy_overrides
 
 OVERRIDES = ["dataset=synthetic", "dataset.synthesize.samples=400", "dataset.synthesize.classes=10", "batch_size=5"]
@@ -34,3 +39,30 @@ def test_a_strategy_is_named_by_the_table_or_as_partial_q():
     assert strategy_overrides("partial-0.3") == ["shuffle=partial", "shuffle.q=0.3"]
     with pytest.raises(ValueError, match=r"unknown strategy 'streaming-py1e': use partial-<q> .* streaming_py1e"):
         strategy_overrides("streaming-py1e")
+
+
+def test_the_second_preregistration_is_scored_by_rank_correlation_within_cell_and_partition():
+    def measures(**skews):
+        return {s: {"skew": skew, "entropy": 11.0 - 10 * skew} for s, skew in skews.items()}
+
+    preregistered = {"cells": [
+        {"partition": "contiguous", "workers": 32,
+         "measures": measures(**{"global": 0.0, "local": 0.8, "partial-0.3": 0.01, "corgipile": 0.09})},
+        {"partition": "contiguous", "workers": 256,
+         "measures": measures(**{"global": 0.0, "local": 0.9, "corgipile": 0.09})},
+        {"partition": "random", "workers": 256, "measures": measures(**{"global": 0.0, "local": 0.0})},
+    ]}
+    gaps = [("contiguous", 32, "local", 0.0, -57.0), ("contiguous", 32, "partial", 0.3, 0.2),
+            ("contiguous", 32, "corgipile", 1.0, -2.0), ("contiguous", 256, "local", 0.0, -60.0),
+            ("contiguous", 256, "corgipile", 1.0, 1.0)]  # corgipile above GS: the measures rank it below
+    result = {"gaps": [{"partition": p, "workers": m, "strategy": s, "q": q, "gap_mean": g} for p, m, s, q, g in gaps]}
+    check = peer_preregistration_check(result, preregistered)
+    first, second = check["cells"][:2]
+    assert first["trained_order"] == ["partial-0.3", "global", "corgipile", "local"]
+    assert first["rho_skew"] == first["rho_entropy"] == pytest.approx(0.8)  # partial and global swapped
+    assert second["rho_skew"] == pytest.approx(0.5)  # 3 points, one pair swapped
+    # random M = 256: local's gap is not trained, one strategy is too few to rank
+    assert len(check["cells"]) == 2
+    assert check["by_partition"]["contiguous"]["skew"]["points"] == 7
+    assert "contiguous M=32: skew +0.80, entropy +0.80 (trained order partial-0.3 > global > corgipile > local)" \
+        in peer_check_text(check)
