@@ -4,9 +4,9 @@ by DLIO's PyTorch workload and by hpcshuffle's runs (`dataset=dlio_npz`) with th
 per step (`model=emulated`, DLIO's `computation_time`), batch, reader processes, nodes and epochs.
 
 Per run and epoch: the epoch time, the bytes the storage node sent meanwhile (peers.measured: its link's
-counters at the epoch's wall-clock window), and the run's AU by one formula for both (MLPerf Storage's:
-compute over wall time less the run's first step's I/O), beside what DLIO says of itself (its AU, whose
-formula leaves every epoch's first step out, its samples/s and its MB/s).
+counters at the epoch's wall-clock window), and the run's AU by two formulas, each applied to both: the
+AU column of `hpcshuffle report` (compute over the run's wall time less its first step's I/O) and DLIO's
+(every epoch's first step left out), beside what DLIO says of itself (its AU, samples/s and MB/s).
 """
 
 from __future__ import annotations
