@@ -120,6 +120,27 @@ def fashion_section(fashion: dict) -> list[str]:
              "", *findings(fashion, None)]
     if waiting:
         lines.append(f"- Pre-registered, not trained yet: {', '.join(waiting)}.")
+    lines += shared_reads_lines(fashion)
+    return lines
+
+
+def shared_reads_lines(study: dict) -> list[str]:
+    """Per M, each strategy's samples read from shared storage per epoch (seed 0's plans, the cells'
+    `plan_measures`: the first epoch and the rest apart where they differ); none for a study made before them."""
+    by_workers: dict[int, dict] = {}
+    for cell in study["cells"]:  # the reads do not depend on the partition: the first cell of each M
+        if "plan_measures" in cell:
+            by_workers.setdefault(cell["workers"], cell["plan_measures"])
+    lines = []
+    for workers, measures in sorted(by_workers.items()):
+        def reads(found: dict) -> str:
+            first, *rest = found["shared_reads"]
+            later = round(sum(rest) / len(rest)) if rest else first
+            return f"{first:,}" if later == first else f"{first:,} in the first epoch, {later:,} after"
+
+        lines.append(f"- Samples read from shared storage per epoch at M = {workers} (seed 0's plans; LS and PLS "
+                     f"stage theirs once before): " + "; ".join(f"{'GS' if s == 'global' else name(s)} {reads(found)}" for s, found in
+                                                               measures.items()) + ".")
     return lines
 
 

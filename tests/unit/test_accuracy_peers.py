@@ -12,6 +12,7 @@ from hpcshuffle.studies.accuracy_peers import (
     peer_preregistration_check,
     peers_of,
 )
+from hpcshuffle.studies.accuracy_readme import shared_reads_lines
 from hpcshuffle.studies.runs import strategy_overrides
 
 OVERRIDES = ["dataset=synthetic", "dataset.synthesize.samples=400", "dataset.synthesize.classes=10", "batch_size=5"]
@@ -66,3 +67,13 @@ def test_the_second_preregistration_is_scored_by_rank_correlation_within_cell_an
     assert check["by_partition"]["contiguous"]["skew"]["points"] == 7
     assert "contiguous M=32: skew +0.80, entropy +0.80 (trained order partial-0.3 > global > corgipile > local)" \
         in peer_check_text(check)
+
+
+def test_the_readme_says_each_strategys_shared_reads_per_m_from_the_plans():
+    cells = [{"workers": 32, "partition": "random",
+              "plan_measures": {"global": {"shared_reads": [60000] * 3}, "local": {"shared_reads": [0] * 3},
+                                "streaming_py1e": {"shared_reads": [62400, 0, 0]}}},
+             {"workers": 32, "partition": "contiguous", "plan_measures": {}}, {"workers": 256, "partition": "random"}]
+    assert shared_reads_lines({"cells": cells}) == [
+        "- Samples read from shared storage per epoch at M = 32 (seed 0's plans; LS and PLS stage theirs once "
+        "before): GS 60,000; LS 0; streaming_py1e 62,400 in the first epoch, 0 after."]
