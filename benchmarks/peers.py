@@ -65,6 +65,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.epochs < 2:
         sys.exit("--epochs must be at least 2: the first epoch is reported apart from the steady ones")
+    if args.out.resolve().is_relative_to("/tmp"):
+        # the jobs write their runs there from the nodes, and every node has a /tmp of its own
+        sys.exit(f"--out {args.out} is under /tmp, which each cluster node has of its own: put it where every node "
+                 "sees it, e.g. under the checkout (the default, results/reference/peers)")
     with tempfile.TemporaryDirectory() as workdir:
         cluster = connect(snapshot(Path(workdir)), args.nodes)
         print(f"cluster: {cluster.settings}", flush=True)
