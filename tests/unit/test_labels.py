@@ -119,8 +119,10 @@ def test_predict_q_names_the_smallest_q_whose_skew_reaches_global_shufflings():
 def test_tune_q_predict_prints_q_per_worker_count_and_names_missing_input(capsys):
     main(["tune-q", "--predict", "--samples", "4096", "--classes", "20", "--workers", "16", "64", "--batch", "8",
           "--partition", "contiguous", "--epochs", "12"])
-    rows = [line.split() for line in capsys.readouterr().out.splitlines()[2:]]
+    lines = capsys.readouterr().out.splitlines()
+    rows = [line.split() for line in lines[2:4]]
     assert [(row[0], row[-1]) for row in rows] == [("16", "0.3"), ("64", "0.3")]
+    assert lines[4].startswith("its record where it was committed before training")  # then the record
     for argv, message in ((["--samples", "4096", "--workers", "16"], "--predict needs --classes or --label-counts"),
                           (["--classes", "20"], "--predict needs --samples, --workers"),
                           (["results/x", "--samples", "64", "--classes", "2", "--workers", "2"], "drop RESULTS_DIR")):
