@@ -109,16 +109,22 @@ def simulator_quality(algo: str, samples: int, nodes: int, batch: int, shard: in
     return get_entropy_shuffle_quality(algo, partition, shard_sizes, shard_of, nodes, seed, block)
 
 
-@pytest.mark.parametrize("algo", ["py1e", "py1br"])
-def test_the_entropy_score_is_streaming_simulators_on_its_own_orders(algo):
+@pytest.fixture(scope="module")
+def simulator_scores() -> dict:
+    """`simulator_quality` of py1e and py1br, in one start of the peers' venv (Streaming's import is seconds)."""
     code = ("import json, sys; from tests.e2e.test_streaming_orders import simulator_quality; "
-            "print(simulator_quality(**json.loads(sys.argv[1])))")
-    done = subprocess.run([str(PEERS_PYTHON), "-c", code, json.dumps({"algo": algo, **QUALITY_SHAPE})], cwd=REPO,
+            "print(json.dumps({algo: simulator_quality(algo, **json.loads(sys.argv[1])) for algo in ('py1e', 'py1br')}))")
+    done = subprocess.run([str(PEERS_PYTHON), "-c", code, json.dumps(QUALITY_SHAPE)], cwd=REPO,
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+@pytest.mark.parametrize("algo", ["py1e", "py1br"])
+def test_the_entropy_score_is_streaming_simulators_on_its_own_orders(simulator_scores, algo):
     shape = QUALITY_SHAPE
     spec = PlanSpec(shape["samples"], shape["nodes"], shape["batch"], 0.0, shape["seed"], shard_samples=shape["shard"],
                     shuffle_buffer=shape["block"])
     plan = next(plan_epochs(spec, f"streaming_{algo}", 1))
     ours = entropy_quality(plan.order, shape["batch"], shape["shard"])
-    assert ours == pytest.approx(float(done.stdout.splitlines()[-1]), rel=1e-12)
+    assert ours == pytest.approx(simulator_scores[algo], rel=1e-12)
