@@ -154,9 +154,9 @@ def run_dlio_once(cluster: Cluster, link: LinkCounter, work: DlioWorkload, run: 
     if run == "dlio":
         job = JobSpec("jobs/dlio.sbatch", "dlio-peer", work.dlio_overrides(PFS / work.folder), dlio_epochs)
         return measured(cluster, link, run_dir, run, work.nodes, job,
-                        lambda: {"au": dlio_au(dlio_epochs(run_dir)[0]), **dlio_says(run_dir)})
+                        lambda epochs: {"au": dlio_au(epochs), **dlio_says(run_dir)})
     job = JobSpec("jobs/train.sbatch", "dlio-workload", work.train_overrides(run), hpcshuffle_epochs)
-    return measured(cluster, link, run_dir, run, work.nodes, job, lambda: {"au": run_au(records(run_dir))})
+    return measured(cluster, link, run_dir, run, work.nodes, job, lambda _: {"au": run_au(records(run_dir))})
 
 
 def summarize_dlio(results: list[dict], work: DlioWorkload, image_bytes: int) -> dict:

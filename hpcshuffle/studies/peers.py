@@ -169,10 +169,11 @@ class JobSpec:
 
 
 def measured(cluster: Cluster, link: LinkCounter, run_dir: Path, strategy: str, nodes: int, job: JobSpec,
-             extra: Callable[[], dict]) -> dict:
+             extra: Callable[[list[dict]], dict]) -> dict:
     """Run `job` on `nodes` nodes (one rank each) into `run_dir`, reused when its result.json exists: per
     epoch its times and the bytes the storage node sent, the bytes before the first epoch (staging), the
-    audit, and what `extra` adds (called after the job, e.g. `kept`); written to result.json."""
+    audit, and what `extra` adds (called after the job with the epochs `job.read` gave, e.g. `kept`);
+    written to result.json."""
     done = run_dir / "result.json"
     if done.exists():
         return json.loads(done.read_text())
@@ -195,7 +196,7 @@ def measured(cluster: Cluster, link: LinkCounter, run_dir: Path, strategy: str, 
     result = {"strategy": strategy, "job": ended.job_id, "load_during": ended.load,
               "others": ended.others, "before_first_epoch_bytes": window_bytes(samples, samples[0][0],
                                                                                epochs[0]["wall"]["start"]),
-              "epochs": epochs, "audit_problems": problems, **extra()}
+              "epochs": epochs, "audit_problems": problems, **extra(epochs)}
     done.write_text(json.dumps(result, indent=1) + "\n")
     return result
 
@@ -208,7 +209,7 @@ def run_once(cluster: Cluster, link: LinkCounter, work: Workload, strategy: str,
         arguments = train_arguments([*workload(work.dataset), *strategy_overrides(strategy)], work.epochs)
         job = JobSpec("jobs/train.sbatch", "cluster-scaling", arguments, hpcshuffle_epochs)
     return measured(cluster, link, run_dir, strategy, work.nodes, job,
-                    lambda: {"kept": kept_fraction(trained_ids(run_dir, strategy))})
+                    lambda _: {"kept": kept_fraction(trained_ids(run_dir, strategy))})
 
 
 def summarize(results: list[dict], image_bytes: int) -> dict:
