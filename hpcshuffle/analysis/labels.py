@@ -26,7 +26,7 @@ labels, so it is computed before training as well as during it (`hpcshuffle plan
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import replace
 
 import numpy as np
@@ -34,7 +34,7 @@ import numpy as np
 from hpcshuffle.analysis.quality import PairMixing
 from hpcshuffle.errors import at_least
 from hpcshuffle.formats import get_format
-from hpcshuffle.plan import PlanSpec, plan_epochs
+from hpcshuffle.plan import EpochPlan, PlanSpec, plan_epochs
 
 NO_LABELS = "has no class labels"  # what a run or `plan --quality` says of a dataset without them
 
@@ -158,9 +158,14 @@ def shuffle_quality(dataset_format: str, labels: Sequence[int], spec: PlanSpec) 
 def plan_quality(spec: PlanSpec, shuffle: str, epochs: int, labels: np.ndarray | None) -> list[dict]:
     """Shuffle quality before training: per epoch of the plan of `spec` under `shuffle`, what a run
     records as `mixing` (pair mixing, and with `labels`, the class of each sample id, label skew)."""
+    return plans_quality(spec, plan_epochs(spec, shuffle, epochs), labels)
+
+
+def plans_quality(spec: PlanSpec, plans: Iterable[EpochPlan], labels: np.ndarray | None) -> list[dict]:
+    """`plan_quality` of plans already made: `plans`, a run's epochs from 0 in order, under `spec`."""
     skew = LabelSkew(labels, spec.batch_size) if labels is not None else None
     quality = EpochQuality(PairMixing(spec.num_samples, spec.num_ranks, seed=spec.seed), skew)
-    return [{"epoch": plan.epoch, "mixing": quality.add_epoch(plan.order)} for plan in plan_epochs(spec, shuffle, epochs)]
+    return [{"epoch": plan.epoch, "mixing": quality.add_epoch(plan.order)} for plan in plans]
 
 
 def predict_q(spec: PlanSpec, epochs: int, labels: np.ndarray, candidates: Sequence[float], tolerance: float,

@@ -13,16 +13,12 @@ partition: trained once per M, they stand for every partition's cell.
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 from hpcshuffle.analysis.intervals import spearman
-from hpcshuffle.analysis.labels import plan_quality
+from hpcshuffle.analysis.labels import plans_quality
 from hpcshuffle.analysis.order_entropy import entropy_quality
 from hpcshuffle.plan import PlanSpec, get_strategy, plan_epochs
 from hpcshuffle.plan.streaming import shard_cache_reads
@@ -32,8 +28,10 @@ from hpcshuffle.studies.accuracy_runs import (
     has_partition,
     strategy_of,
     training_labels,
+    untrained_cells,
+    write_registration,
 )
-from hpcshuffle.studies.runs import REPO, strategy_overrides
+from hpcshuffle.studies.runs import strategy_overrides
 
 
 def score_shard(overrides: list[str]) -> int:
@@ -55,7 +53,7 @@ def order_measures(overrides: list[str], partition: str, workers: int, epochs: i
     plans = list(plan_epochs(spec, shuffle["name"], epochs))
     reads = (shard_cache_reads(plans).sum(axis=1) if get_strategy(shuffle["name"]).peers_venv
              else np.array([sum(plan.reads_shared) for plan in plans]))
-    skew = plan_quality(spec, shuffle["name"], epochs, labels)[-1]["mixing"]["labels"]["excess"]
+    skew = plans_quality(spec, plans, labels)[-1]["mixing"]["labels"]["excess"]
     return {"skew": round(skew, 6), "entropy": round(entropy_quality(plans[-1].order, spec.batch_size, shard), 4),
             "shared_reads": reads.tolist()}
 
@@ -89,21 +87,13 @@ def write_peer_preregistration(path: Path, out: Path, dataset: str, partitions: 
         raise ValueError(f"--preregister-peers needs a strategy without a partition besides global among "
                          f"--strategies ({', '.join(strategies)}), e.g. corgipile or streaming_py1e")
     shard = score_shard(overrides)
-    cells, skipped = [], []
-    for partition in partitions:
-        for workers, batch in batches.items():
-            if any(cell_dir(out, partitions[0], workers, s).exists() for s in peers):
-                skipped.append(f"{partition} M={workers}")  # trained already: predicting it now would be hindsight
-                continue
-            cells.append(peer_preregistered([*overrides, *batch], partition, workers, epochs, strategies, shard))
-            print(f"{partition} M={workers}: by skew {' > '.join(cells[-1]['order_by_skew'])}; "
-                  f"by entropy {' > '.join(cells[-1]['order_by_entropy'])}", flush=True)
-    if skipped:
-        print(f"not pre-registered, a peer has runs there already: {', '.join(skipped)}")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit, "command": sys.argv,
+    cells, skipped = untrained_cells(
+        partitions, batches,  # the peers train under the first partition for every partition's cell
+        lambda partition, workers: any(cell_dir(out, partitions[0], workers, s).exists() for s in peers),
+        lambda partition, workers, batch: peer_preregistered([*overrides, *batch], partition, workers, epochs,
+                                                             strategies, shard),
+        lambda cell: f"by skew {' > '.join(cell['order_by_skew'])}; by entropy {' > '.join(cell['order_by_entropy'])}")
+    write_registration(path, {
         "dataset": dataset, "overrides": overrides, "epochs": epochs, "seeds": seeds, "peers": peers,
         "score_shard": shard,
         "rule": "per cell, seed 0's plans: order_by_skew ranks the strategies by their label skew at the last epoch, "
@@ -114,7 +104,7 @@ def write_peer_preregistration(path: Path, out: Path, dataset: str, partitions: 
                 "cell and within each partition. The peers read the dataset's file order (class by class) in blocks "
                 "in both partitions, so their measures are the same in both; in the random cells global, local and "
                 "partial differ by noise alone",
-        "cells": cells, "skipped_as_trained": skipped}, indent=1) + "\n")
+        "cells": cells, "skipped_as_trained": skipped})
 
 
 def peers_of(strategies: list[str]) -> list[str]:

@@ -11,6 +11,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -185,6 +186,33 @@ def study_setup(dataset: str, partitions: list[str], workers_each: list[int], ep
             "batch_size": {str(m): next(r["batch_size"] for r in rows if r["workers"] == m) for m in workers_each}}
 
 
+def untrained_cells(partitions: list[str], batches: dict[int, list[str]], trained: Callable[[str, int], bool],
+                    predict: Callable[[str, int, list[str]], dict],
+                    said: Callable[[dict], str]) -> tuple[list[dict], list[str]]:
+    """(predictions, cells left out): `predict(partition, M, batch override)` for every (partition, M) of a
+    study that `trained(partition, M)` says has no runs yet, each printed as `said` words it; a cell with
+    runs is left out and named, since predicting it now would be hindsight."""
+    cells, skipped = [], []
+    for partition in partitions:
+        for workers, batch in batches.items():
+            if trained(partition, workers):
+                skipped.append(f"{partition} M={workers}")
+                continue
+            cells.append(predict(partition, workers, batch))
+            print(f"{partition} M={workers}: {said(cells[-1])}", flush=True)
+    if skipped:
+        print(f"not pre-registered, they have runs already: {', '.join(skipped)}")
+    return cells, skipped
+
+
+def write_registration(path: Path, record: dict) -> None:
+    """A pre-registration file: `record` after when, from which commit and by which command it was made."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit, "command": sys.argv,
+                                **record}, indent=1) + "\n")
+
+
 def write_preregistration(path: Path, out: Path, dataset: str, partitions: list[str], batches: dict[int, list[str]],
                           strategies: list[str], epochs: int, seeds: int, overrides: list[str],
                           tolerance: float) -> None:
@@ -192,26 +220,17 @@ def write_preregistration(path: Path, out: Path, dataset: str, partitions: list[
     of the study under `out` whose cells have no runs yet, written to `path` with the commit and command
     that made them; `batches[M]`: the batch override at M. A cell with runs is left out and named."""
     held = [s for s in strategies if has_partition(s)]
-    cells, skipped = [], []
-    for partition in partitions:
-        for workers, batch in batches.items():
-            if any(cell_dir(out, partition, workers, s).exists() for s in held):
-                skipped.append(f"{partition} M={workers}")  # trained already: predicting it now would be hindsight
-                continue
-            cells.append(preregistered([*overrides, *batch], partition, workers, epochs, strategies, tolerance))
-            print(f"{partition} M={workers}: q={cells[-1]['predicted_q']}, "
-                  f"order {' > '.join(cells[-1]['predicted_order'])}", flush=True)
-    if skipped:
-        print(f"not pre-registered, they have runs already: {', '.join(skipped)}")
-    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({
-        "made": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "commit": commit, "command": sys.argv,
+    cells, skipped = untrained_cells(
+        partitions, batches, lambda partition, workers: any(cell_dir(out, partition, workers, s).exists() for s in held),
+        lambda partition, workers, batch: preregistered([*overrides, *batch], partition, workers, epochs, strategies,
+                                                        tolerance),
+        lambda cell: f"q={cell['predicted_q']}, order {' > '.join(cell['predicted_order'])}")
+    write_registration(path, {
         "dataset": dataset, "overrides": overrides, "epochs": epochs, "seeds": seeds,
         "rule": f"q: the smallest candidate whose planned label skew at the last epoch (seed 0's plan) is within "
                 f"{tolerance} of global shuffling's (tune-q --predict); order: the strategies by that skew, "
                 "least first, read as best accuracy first; two strategies whose skews differ by less than "
                 f"{tolerance} are predicted tied, so that pair is claimed neither way",
-        "cells": cells, "skipped_as_trained": skipped}, indent=1) + "\n")
+        "cells": cells, "skipped_as_trained": skipped})
     print(f"wrote {path}: commit it before training these cells")
 
