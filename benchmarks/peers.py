@@ -24,6 +24,7 @@ import argparse
 import json
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict
 from datetime import datetime, timezone
 from pathlib import Path
@@ -87,12 +88,8 @@ def streaming(cluster: Cluster, link: LinkCounter, args: argparse.Namespace) -> 
     work = Workload.sized(dataset, mds, index, args.nodes, args.epochs)
     print(f"MDS: {mds} ({written['shards']} shards, {written['image_bytes'] / 1e6:.0f} MB of images); "
           f"the cached variants keep {work.cache_bytes / 1e6:.0f} MB a node", flush=True)
-    results = []
-    for repeat in range(args.repeats):
-        for strategy in args.strategies:
-            result = run_once(cluster, link, work, strategy, out / "runs" / f"r{repeat}" / strategy)
-            results.append(result)
-            report(len(results), args.repeats * len(args.strategies), result)
+    results = in_turn(args.repeats, args.strategies,
+                      lambda strategy, repeat: run_once(cluster, link, work, strategy, out / "runs" / f"r{repeat}" / strategy))
     table = summarize(results, written["image_bytes"])
     text = table_text(table, written["image_bytes"])
     print("\n" + text, flush=True)
@@ -110,12 +107,8 @@ def dlio(cluster: Cluster, link: LinkCounter, args: argparse.Namespace) -> None:
     work = DlioWorkload(nodes=args.nodes, epochs=args.epochs)
     image_bytes = dlio_dataset(cluster, work, out / "dlio-runs" / "generate")
     print(f"DLIO's files: {PFS / work.folder} ({image_bytes / 1e6:.0f} MB of training files)", flush=True)
-    results = []
-    for repeat in range(args.repeats):
-        for run in args.dlio_runs:
-            result = run_dlio_once(cluster, link, work, run, out / "dlio-runs" / f"r{repeat}" / run)
-            results.append(result)
-            report(len(results), args.repeats * len(args.dlio_runs), result)
+    results = in_turn(args.repeats, args.dlio_runs,
+                      lambda run, repeat: run_dlio_once(cluster, link, work, run, out / "dlio-runs" / f"r{repeat}" / run))
     table = summarize_dlio(results, work, image_bytes)
     text = dlio_table_text(table, work, image_bytes)
     print("\n" + text, flush=True)
@@ -124,6 +117,17 @@ def dlio(cluster: Cluster, link: LinkCounter, args: argparse.Namespace) -> None:
         "command": command(), "made": now(), "cluster": cluster.settings, "dataset": str(PFS / work.folder),
         "image_bytes": image_bytes, "workload": asdict(work), "dlio_overrides": work.dlio_overrides(PFS / work.folder),
         "summary": table, "runs": results}, indent=1) + "\n")
+
+
+def in_turn(repeats: int, names: list[str], run_one: Callable[[str, int], dict]) -> list[dict]:
+    """`run_one(name, repeat)` for every name, in turn, `repeats` times (so a slow spell of the machine falls
+    on all of them), each result reported as it comes."""
+    results = []
+    for repeat in range(repeats):
+        for name in names:
+            results.append(run_one(name, repeat))
+            report(len(results), repeats * len(names), results[-1])
+    return results
 
 
 def report(done: int, total: int, result: dict) -> None:
