@@ -38,7 +38,7 @@ import yaml
 
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import study_table, summary
-from hpcshuffle.analysis.tune import tune_q, tune_table
+from hpcshuffle.analysis.tune import COMPARED, tune_q, tune_table
 from hpcshuffle.cli.plan import partition_arg
 from hpcshuffle.staging.dataset import ensure_synthetic
 from hpcshuffle.studies.accuracy_peers import (
@@ -220,7 +220,8 @@ def main() -> None:
     text = "\n\n".join([
         f"accuracy study: final validation top-1 % after {args.epochs} epochs, mean and 95 % interval over "
         f"{args.seeds} seeds (M virtual workers)",
-        study_table(result), tune_table(tune_q(rows, 1.0)), prediction_lines(result),
+        study_table(result), tune_table(tune_q([r for r in rows if r["shuffle"] in COMPARED], 1.0)),  # the q axis
+        prediction_lines(result),
         *([preregistration_table(result["preregistered"])] if args.preregistered else []),
         *([peer_check_text(result["preregistered_peers"])] if args.preregistered_peers else []),
     ])

@@ -131,12 +131,12 @@ def smallest_reaching_q(all_gaps: list[Gap], partition: str, workers: int) -> fl
     return min(reaching) if reaching else None
 
 
-def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing") -> list[tuple[float, float, str, str]]:
+def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing") -> list[tuple[float, float, str, str, str]]:
     """(the run's `measure`, its paired gap: final top-1 minus global shuffling's at the same (partition,
     workers) and seed, partition, strategy) for every complete run that is not global shuffling's, has a
     global run of its seed, and records `measure`: `mixing` (final pair-mixing quality), `label_skew`
     (final label skew, analysis/labels.py) or `label_skew_early` (its mean over the first quarter of the
-    epochs)."""
+    epochs), and the run's name (a run without a partition stands for several partitions' cells)."""
     reference = with_role("reference").name
     global_top1 = {(p.partition, p.workers, seed): top1 for p in found if p.strategy == reference
                    for seed, top1 in zip(p.seeds, p.top1)}
@@ -147,24 +147,26 @@ def quality_vs_gap(rows: list[dict], found: list[Point], measure: str = "mixing"
         if (not row["complete"] or row["shuffle"] == reference or base is None or row.get(measure) is None
                 or row["final_score"] is None or run_q(row) is None):
             continue
-        pairs.append((row[measure], row["final_score"] - base, partition, row["shuffle"]))
+        pairs.append((row[measure], row["final_score"] - base, partition, row["shuffle"], row["run"]))
     return pairs
 
 
-def correlation(pairs: list[tuple[float, float, str, str]]) -> dict:
+def correlation(pairs: list[tuple[float, float, str, str, str]]) -> dict:
     """Pearson's r and Spearman's ρ of measure against gap over all runs, within each partition
-    (`by_partition`) and within each strategy family (`by_family`: local, partial); a value is None
-    below 3 runs or where the measure or the gap is one value throughout (not defined)."""
+    (`by_partition`) and within each strategy family (`by_family`: local, partial, a peer's); a value is
+    None below 3 runs or where the measure or the gap is one value throughout (not defined). A run that
+    stands for several partitions' cells (one without a partition: a peer's) counts once outside them."""
     def of(xy: list[tuple[float, float]]) -> dict:
         defined = len(xy) >= 3 and not any(len(set(values)) == 1 for values in zip(*xy))
         return {"runs": len(xy), "pearson_r": round(pearson(*zip(*xy)), 3) if defined else None,
                 "spearman_rho": round(spearman(*zip(*xy)), 3) if defined else None}
 
-    return {**of([(x, y) for x, y, _, _ in pairs]),
-            "by_partition": {part: of([(x, y) for x, y, p, _ in pairs if p == part])
-                             for part in sorted({p for _, _, p, _ in pairs})},
-            "by_family": {family: of([(x, y) for x, y, _, f in pairs if f == family])
-                          for family in sorted({f for _, _, _, f in pairs})}}
+    once = {run: (x, y, family) for x, y, _, family, run in pairs}.values()
+    return {**of([(x, y) for x, y, _ in once]),
+            "by_partition": {part: of([(x, y) for x, y, p, _, _ in pairs if p == part])
+                             for part in sorted({p for _, _, p, _, _ in pairs})},
+            "by_family": {family: of([(x, y) for x, y, f in once if f == family])
+                          for family in sorted({f for _, _, f in once})}}
 
 
 MEASURES = {"mixing": "final mixing quality", "label_skew": "final label skew",

@@ -138,7 +138,7 @@ def peer_preregistration_check(result: dict, preregistered: dict) -> dict:
             row[f"rho_{name}"] = rho([(values[s], trained[s]) for s in trained])["spearman_rho"]
             pooled.setdefault(key[0], {}).setdefault(name, []).extend((values[s], trained[s]) for s in trained)
         cells.append(row)
-    return {"cells": cells,
+    return {"score_shard": preregistered["score_shard"], "cells": cells,
             "by_partition": {partition: {name: rho(pairs) for name, pairs in found.items()}
                              for partition, found in pooled.items()}}
 

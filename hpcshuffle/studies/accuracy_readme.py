@@ -55,9 +55,17 @@ def q_text(q: float | None) -> str:
     return "none" if q is None else "0 (LS)" if q == 0 else f"{q:g}"
 
 
+PEERS = {"corgipile": "CorgiPile", "streaming_py1e": "Streaming py1e", "streaming_py1br": "Streaming py1br"}
+
+
 def name(strategy: str) -> str:
-    """A strategy as the README names it: LS, q 0.1."""
-    return "LS" if strategy == "local" else strategy.replace("partial-", "q ")
+    """A strategy as the README names it: LS, q 0.1, CorgiPile."""
+    return "LS" if strategy == "local" else PEERS.get(strategy, strategy.replace("partial-", "q "))
+
+
+def column_order(strategy: str) -> tuple:
+    """LS, then the q's, then the peers' shuffles."""
+    return strategy != "local", not strategy.startswith("partial-"), strategy
 
 
 def gaps_by_cell(study: dict) -> dict[tuple, dict]:
@@ -69,7 +77,7 @@ def cell_table(study: dict, predicted: dict[tuple, float | None]) -> list[str]:
     """Per (partition, M): GS's top-1, each strategy's paired gap, the smallest q reaching GS and the
     pre-registered q."""
     gaps = gaps_by_cell(study)
-    strategies = sorted({key[2] for key in gaps}, key=lambda s: (s != "local", s))
+    strategies = sorted({key[2] for key in gaps}, key=column_order)
     reference = {(r["partition"], r["workers"]): r for r in study["rows"] if r["strategy"] == "global"}
     head = ["partition", "M", "GS top-1", *(f"{name(s)} − GS" for s in strategies),
             "smallest q reaching GS", "pre-registered q"]
@@ -95,7 +103,7 @@ def correlation_text(found: dict) -> str:
         return (f"Pearson r = {number(entry['pearson_r'], 2)}, Spearman ρ = {number(entry['spearman_rho'], 2)} "
                 f"({entry['runs']} runs)")
 
-    within = "; ".join([*(f"within {FAMILIES.get(family, family)} {pair(entry)}"
+    within = "; ".join([*(f"within {FAMILIES.get(family) or name(family)} {pair(entry)}"
                           for family, entry in found["by_family"].items()),
                         *(f"within {partition} partitions {pair(entry)}"
                           for partition, entry in found["by_partition"].items())])
@@ -120,8 +128,32 @@ def fashion_section(fashion: dict) -> list[str]:
              "", *findings(fashion, None)]
     if waiting:
         lines.append(f"- Pre-registered, not trained yet: {', '.join(waiting)}.")
+    if "preregistered_peers" in fashion:
+        lines.append(peers_line(fashion["preregistered_peers"]))
     lines += shared_reads_lines(fashion)
     return lines
+
+
+def peers_line(check: dict) -> str:
+    """The second pre-registration (the plans' label skew and Streaming's entropy score of every strategy,
+    committed before the peers' runs) held against training: Spearman's ρ per cell and per partition."""
+    def rho(found: float | None) -> str:
+        return "undefined" if found is None else number(found, 2)
+
+    cells = "; ".join(f"{c['partition']} M = {c['workers']} {rho(c['rho_skew'])} and {rho(c['rho_entropy'])}"
+                      for c in check["cells"])
+    within = "; ".join(f"{partition} {rho(found['skew']['spearman_rho'])} and "
+                       f"{rho(found['entropy']['spearman_rho'])} ({found['skew']['points']} points)"
+                       for partition, found in check["by_partition"].items())
+    return (f"- **The peers' shuffles** read the file order (class by class) in shards of {check['score_shard']} "
+            "consecutive samples: CorgiPile the shards in a new random order each epoch through a buffer of ten; "
+            "Streaming py1e and py1br the exact ids a StreamingDataset gives each worker, each worker a node of its "
+            "own (Streaming's default canonical node count, the physical nodes, is then M) and its default shuffle "
+            "block (2^18 samples, more than the dataset). Without a partition they "
+            "are trained once per M and stand in both partitions' rows. **Their pre-registration** (every "
+            "strategy's planned label skew and Streaming's shuffle-quality score, committed before any peer's run) "
+            "against the trained paired gaps, Spearman ρ of −skew and of the score, per cell: "
+            f"{cells}; within partitions: {within}.")
 
 
 def shared_reads_lines(study: dict) -> list[str]:
@@ -204,10 +236,11 @@ def findings(study: dict, variant: dict | None) -> list[str]:
     lost = [key for key in cells if key not in kept]
     lines = [f"- **LS reaches GS in {len(kept)} of {len(cells)} cells** ({named(kept)})"
              + (f"; not in {named(lost)}." if lost else ".")]
-    for q in sorted({key[2] for key in gaps if key[2] != "local"}):
-        reach = [key for key in cells if (g := gaps.get((*key, q))) and g["reaches_global"]]
+    for strategy in sorted({key[2] for key in gaps if key[2] != "local"}, key=column_order):
+        reach = [key for key in cells if (g := gaps.get((*key, strategy))) and g["reaches_global"]]
         missed = [key for key in cells if key not in reach]
-        lines.append(f"- q = {q.removeprefix('partial-')} reaches GS in {len(reach)} of {len(cells)} cells"
+        what = PEERS.get(strategy) or f"q = {strategy.removeprefix('partial-')}"
+        lines.append(f"- {what} reaches GS in {len(reach)} of {len(cells)} cells"
                      + (f"; not in {named(missed)}." if missed else "."))
     lines.append(prediction_line("**Pre-registered predictions**", study["preregistered"]))
     lines.append(f"- Final label skew against the paired gap to GS: "

@@ -150,10 +150,10 @@ def figures_of(result: dict, rows: list[dict], out: Path, partitions: list[str],
         if not found_pairs:
             continue
         corr = result["quality_vs_gap"] if measure == "mixing" else result["quality_vs_gap"][measure]
-        groups = {p: [(x, y) for x, y, part, _ in found_pairs if part == p] for p in partitions}
+        groups = {p: [(x, y) for x, y, part, _, _ in found_pairs if part == p] for p in partitions}
         plot_scatter(groups, xlabel, "top-1 minus global's mean (points)", figures / name,
                      title=f"{measure} vs gap to global: Pearson r = {corr['pearson_r']}, Spearman ρ = "
-                           f"{corr['spearman_rho']}, {len(found_pairs)} runs")
+                           f"{corr['spearman_rho']}, {corr['runs']} runs")
 
 
 def prediction_lines(result: dict) -> str:

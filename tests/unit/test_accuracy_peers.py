@@ -12,7 +12,7 @@ from hpcshuffle.studies.accuracy_peers import (
     peer_preregistration_check,
     peers_of,
 )
-from hpcshuffle.studies.accuracy_readme import shared_reads_lines
+from hpcshuffle.studies.accuracy_readme import peers_line, shared_reads_lines
 from hpcshuffle.studies.runs import strategy_overrides
 
 OVERRIDES = ["dataset=synthetic", "dataset.synthesize.samples=400", "dataset.synthesize.classes=10", "batch_size=5"]
@@ -46,7 +46,7 @@ def test_the_second_preregistration_is_scored_by_rank_correlation_within_cell_an
     def measures(**skews):
         return {s: {"skew": skew, "entropy": 11.0 - 10 * skew} for s, skew in skews.items()}
 
-    preregistered = {"cells": [
+    preregistered = {"score_shard": 100, "cells": [
         {"partition": "contiguous", "workers": 32,
          "measures": measures(**{"global": 0.0, "local": 0.8, "partial-0.3": 0.01, "corgipile": 0.09})},
         {"partition": "contiguous", "workers": 256,
@@ -67,6 +67,10 @@ def test_the_second_preregistration_is_scored_by_rank_correlation_within_cell_an
     assert check["by_partition"]["contiguous"]["skew"]["points"] == 7
     assert "contiguous M=32: skew +0.80, entropy +0.80 (trained order partial-0.3 > global > corgipile > local)" \
         in peer_check_text(check)
+    line = peers_line(check)  # the README's: per cell, then per partition
+    assert "shards of 100 consecutive samples" in line
+    assert "per cell: contiguous M = 32 +0.80 and +0.80; contiguous M = 256 +0.50 and +0.50; within partitions: " \
+           "contiguous" in line
 
 
 def test_the_readme_says_each_strategys_shared_reads_per_m_from_the_plans():
@@ -76,4 +80,4 @@ def test_the_readme_says_each_strategys_shared_reads_per_m_from_the_plans():
              {"workers": 32, "partition": "contiguous", "plan_measures": {}}, {"workers": 256, "partition": "random"}]
     assert shared_reads_lines({"cells": cells}) == [
         "- Samples read from shared storage per epoch at M = 32 (seed 0's plans; LS and PLS stage theirs once "
-        "before): GS 60,000; LS 0; streaming_py1e 62,400 in the first epoch, 0 after."]
+        "before): GS 60,000; LS 0; Streaming py1e 62,400 in the first epoch, 0 after."]

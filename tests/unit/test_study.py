@@ -145,18 +145,30 @@ def test_tune_q_with_one_seed_says_why_there_is_no_interval(tmp_path, capsys):
 
 
 def test_correlation_is_none_where_r_is_not_defined():
-    constant_gap = [(0.1, 0.0, "random", "local"), (0.2, 0.0, "random", "partial"), (0.3, 0.0, "random", "partial")]
+    constant_gap = [(0.1, 0.0, "random", "local", "a"), (0.2, 0.0, "random", "partial", "b"),
+                    (0.3, 0.0, "random", "partial", "c")]
     undefined = {"runs": 3, "pearson_r": None, "spearman_rho": None}
     assert correlation(constant_gap) == {**undefined, "by_partition": {"random": undefined},
                                          "by_family": {"local": {**undefined, "runs": 1},
                                                        "partial": {**undefined, "runs": 2}}}
-    two = [(0.1, -5.0, "contiguous", "local"), (0.5, -50.0, "contiguous", "local")]
+    two = [(0.1, -5.0, "contiguous", "local", "d"), (0.5, -50.0, "contiguous", "local", "e")]
     found = correlation(constant_gap + two)
     assert found["by_partition"]["contiguous"]["pearson_r"] is None and found["pearson_r"] == -0.839  # all 5 runs
     # ranks, ties at their mean: x 1.5, 3, 4, 1.5, 5 against gaps 4, 4, 4, 2, 1
     assert found["spearman_rho"] == -0.344
     # local: x ranks 1.5, 1.5, 3 against gap ranks 3, 2, 1: -1.5 / √(1.5 · 2)
     assert found["by_family"]["local"] == {"runs": 3, "pearson_r": -0.996, "spearman_rho": -0.866}
+
+
+def test_a_run_standing_for_two_partitions_counts_once_outside_them():
+    # a peer's run (no partition) is in both partitions' cells: in each partition's ρ, once overall and in its family
+    own = [(0.1, -1.0, "random", "local", "r0"), (0.2, -2.0, "random", "local", "r1"),
+           (0.5, -9.0, "contiguous", "local", "c0"), (0.6, -8.0, "contiguous", "local", "c1")]
+    peer = [(0.3, -3.0, partition, "corgipile", f"peer{seed}") for partition in ("random", "contiguous")
+            for seed in range(2)]
+    found = correlation(own + peer)
+    assert found["runs"] == 6 and found["by_family"]["corgipile"]["runs"] == 2
+    assert found["by_partition"]["random"]["runs"] == found["by_partition"]["contiguous"]["runs"] == 4
 
 
 def test_preregistered_predictions_are_scored_against_the_trained_cells():
