@@ -8,14 +8,16 @@ process (exactly synchronous SGD with BatchNorm over each worker's local batch):
         storage.partition=contiguous seed=0,1,2 hydra.sweep.dir=<out>/contiguous/M16/partial-0.3 ...
 
 `--jobs` cells run at a time; seeds already complete under `--out` are reused, so the study can
-be extended or resumed. Then it writes `<json>` (the points with 95 % intervals over seeds, the
+be extended or resumed. `--seeds-where-wide N` then trains seeds up to N where a cell's paired gap
+to global shuffling has a 90 % interval wider than 2 points (`--wider-than`), and global's at its M
+to pair them. Then it writes `<json>` (the points with 95 % intervals over seeds, the
 local-vs-global gap per cell, the smallest q whose interval reaches global shuffling's: overlaps it
 or lies above; and how well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`,
 the curves per epoch with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
 (`q_recovery_<partition>.png`) and the quality-vs-gap plot (`quality_vs_gap.png`).
 
     python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]
-        [--strategies global local partial-0.1 ...] [--seeds 3] [--epochs 12] [--jobs 2]
+        [--strategies global local partial-0.1 ...] [--seeds 3] [--seeds-where-wide 5 [--wider-than 2]] [--epochs 12] [--jobs 2]
         [--dataset synthetic|digits|fashion] [--out results/experiments/accuracy_study] [--json PATH]
         [--figures DIR] [--into MAIN_JSON] [override ...]
 
@@ -62,12 +64,14 @@ from hpcshuffle.studies.accuracy_report import (
     write_study,
 )
 from hpcshuffle.studies.accuracy_runs import (
+    WIDE,
     cell_dir,
     has_partition,
     predicted_q,
     run_cell,
     strategy_of,
     study_setup,
+    wide_cells,
     with_label_skew,
     write_preregistration,
 )
@@ -113,6 +117,11 @@ def main() -> None:
                         help="storage.partition of each cell: random, contiguous, dirichlet-α, classes_per_worker-k")
     parser.add_argument("--strategies", nargs="+", default=STRATEGIES)
     parser.add_argument("--seeds", type=int, default=3, help="seeds per point, 0..SEEDS-1 (at least 2)")
+    parser.add_argument("--seeds-where-wide", type=int, default=None, metavar="N",
+                        help="then train seeds up to N of every cell whose paired gap's 90 %% interval is wider than "
+                             "--wider-than, and of global shuffling at its M")
+    parser.add_argument("--wider-than", type=float, default=WIDE, metavar="POINTS",
+                        help=f"the interval width, in top-1 points, that --seeds-where-wide acts on (default {WIDE:g})")
     parser.add_argument("--epochs", type=int, default=12)
     parser.add_argument("--dataset", choices=sorted(DATASETS), default="synthetic",
                         help="synthetic (default): 4,096 images of 20 close classes; digits: real handwritten digits")
@@ -144,6 +153,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.seeds < 2:
         parser.error(f"--seeds {args.seeds}: a 95 % interval needs at least 2 seeds per point; use --seeds 3")
+    if args.seeds_where_wide is not None and args.seeds_where_wide <= args.seeds:
+        parser.error(f"--seeds-where-wide {args.seeds_where_wide} adds no seed to --seeds {args.seeds}; give more")
     if args.jobs < 1:
         parser.error(f"--jobs must be >= 1, got {args.jobs}")
     for strategy in args.strategies:
@@ -178,26 +189,44 @@ def main() -> None:
                                for p in args.partitions for m in args.workers for s in args.strategies))
     print(f"accuracy study: {len(cells)} cells × {args.seeds} seeds, {args.epochs} epochs, {args.jobs} at a time "
           f"-> {out}", flush=True)
-    start = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=args.jobs) as pool:
-        futures = [pool.submit(run_cell, out, p, m, s, args.seeds, args.epochs,
-                               [*overrides, f"batch_size={args.global_batch // m}"] if args.global_batch else overrides)
-                   for p, m, s in cells]
-        for done, future in enumerate(futures, 1):
-            try:
-                print(f"[{done}/{len(cells)}] {future.result()}", flush=True)
-            except RuntimeError as err:
-                sys.exit(str(err))
-    print(f"trained in {time.perf_counter() - start:.0f} s", flush=True)
+    def train(todo: dict[tuple, int]) -> None:
+        """Each cell's seeds 0..N-1, `--jobs` cells at a time."""
+        start = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=args.jobs) as pool:
+            futures = [pool.submit(run_cell, out, p, m, s, n, args.epochs,
+                                   [*overrides, *batches[m]]) for (p, m, s), n in todo.items()]
+            for done, future in enumerate(futures, 1):
+                try:
+                    print(f"[{done}/{len(todo)}] {future.result()}", flush=True)
+                except RuntimeError as err:
+                    sys.exit(str(err))
+        print(f"trained in {time.perf_counter() - start:.0f} s", flush=True)
 
-    wanted = {cell_dir(out, p, m, s) / f"seed{seed}" for p, m, s in cells for seed in range(args.seeds)}
-    run_dirs = [run for run in find_runs(out) if run in wanted]
-    rows = with_label_skew(collect(run_dirs), run_dirs)
-    rows += [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
-             for partition in args.partitions[1:]]  # the same runs stand for the other partitions' cells
+    def collected(seeds: dict[tuple, int]) -> tuple[list[dict], list[Path]]:
+        """The summary rows of the cells' runs (seeds 0..N-1 each) and their directories; a run without a
+        partition also stands for the other partitions' cells."""
+        wanted = {cell_dir(out, p, m, s) / f"seed{seed}" for (p, m, s), n in seeds.items() for seed in range(n)}
+        run_dirs = [run for run in find_runs(out) if run in wanted]
+        rows = with_label_skew(collect(run_dirs), run_dirs)
+        return rows + [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
+                       for partition in args.partitions[1:]], run_dirs
+
+    seeds = dict.fromkeys(cells, args.seeds)
+    train(seeds)
+    rows, run_dirs = collected(seeds)
+    if args.seeds_where_wide:
+        wide = wide_cells(summary(rows)["gaps"], first, args.wider_than)
+        print(f"{len(wide)} cells (with global shuffling at their M) get seeds up to {args.seeds_where_wide}: their "
+              f"paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)
+        seeds.update(dict.fromkeys(wide, args.seeds_where_wide))
+        train(dict.fromkeys(wide, args.seeds_where_wide))
+        rows, run_dirs = collected(seeds)
     result = summary(rows)
     result["setup"] = study_setup(args.dataset, args.partitions, args.workers, args.epochs, args.seeds, rows,
                                   run_dirs[0])
+    if args.seeds_where_wide:
+        result["setup"]["seeds_where_wide"] = {"seeds": args.seeds_where_wide, "wider_than": args.wider_than,
+                                               "cells": [list(cell) for cell in seeds if seeds[cell] > args.seeds]}
     result["runs"] = runs_of(rows, result)
     shard = score_shard(overrides)
     for cell in result["cells"]:

@@ -57,6 +57,23 @@ def runs_dir(out: Path, first: str, partition: str, workers: int, strategy: str)
     return cell_dir(out, partition if has_partition(strategy) else first, workers, strategy)
 
 
+WIDE = 2.0  # points: a cell whose paired gap's 90 % interval is wider gets more seeds (--seeds-where-wide)
+
+
+def wide_cells(gaps: list[dict], first: str, width: float = WIDE) -> list[tuple[str, int, str]]:
+    """The cells to give more seeds: (the partition its runs lie under, M, strategy) of every gap whose
+    90 % interval (the one the reach rule reads) is wider than `width` points, each with global
+    shuffling at its M, since a gap pairs the two seed by seed."""
+    found = []
+    for gap in gaps:
+        low, high = gap["ci90"]
+        if high - low > width:
+            strategy = strategy_of(gap)
+            found += [(gap["partition"] if has_partition(strategy) else first, gap["workers"], strategy),
+                      (first, gap["workers"], "global")]
+    return list(dict.fromkeys(found))
+
+
 def missing_seeds(cell: Path, seeds: int, epochs: int) -> list[int]:
     """The seeds of a cell still to train; a seed's run cut short is removed, to be trained again."""
     missing = []

@@ -110,9 +110,15 @@ def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(t
         ("contiguous", "global", "digits", "global"), ("contiguous", "local", "digits", "global")}
     assert {run["norm"] for run in filed["runs"]} == {"global"} and len(filed["runs"]) == 4
 
-    again = run(*args)
-    assert again.stdout.count("2 seeds complete, reused") == 4
-    assert "digits/global" in json.loads((tmp_path / "study.json").read_text())["variants"]  # kept
+    # a third seed where a cell's paired gap is wider than asked (here every one), and global's beside it
+    again = run(*args, "--seeds-where-wide", "3", "--wider-than", "-1")
+    assert "4 cells (with global shuffling at their M) get seeds up to 3" in again.stdout
+    assert again.stdout.count("2 seeds complete, reused") == 4 and again.stdout.count("seeds [2] trained") == 4
+    more = json.loads((tmp_path / "study.json").read_text())
+    assert sorted(map(tuple, more["setup"]["seeds_where_wide"]["cells"])) == [
+        ("contiguous", 2, "local"), ("dirichlet-0.5", 2, "local"), ("random", 2, "global"), ("random", 2, "local")]
+    assert all(r["seeds"] == [0, 1, 2] for r in more["rows"])
+    assert "digits/global" in more["variants"]  # kept
 
 
 def test_accuracy_study_refuses_one_seed():
@@ -120,6 +126,9 @@ def test_accuracy_study_refuses_one_seed():
                             capture_output=True, text=True, timeout=120)
     assert result.returncode == 2
     assert "--seeds 1: a 95 % interval needs at least 2 seeds per point; use --seeds 3" in result.stderr
+    result = subprocess.run([sys.executable, "experiments/accuracy_study.py", "--seeds-where-wide", "3"], cwd=REPO,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2 and "--seeds-where-wide 3 adds no seed to --seeds 3; give more" in result.stderr
 
 
 def test_accuracy_study_names_an_override_read_as_a_strategy():

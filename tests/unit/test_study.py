@@ -21,6 +21,7 @@ from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
 from hpcshuffle.studies.accuracy_report import preregistration_check
+from hpcshuffle.studies.accuracy_runs import wide_cells
 from tests.unit.test_tune import write_run
 
 # final top-1 per (partition, strategy, q) and seed 0, 1, 2, at M = 16
@@ -193,3 +194,16 @@ def test_preregistered_predictions_are_scored_against_the_trained_cells():
     result["rows"][3] = {**rows[3], "top1": [84.0, 85.0, 86.0]}
     check = preregistration_check(result, {"cells": [{**cell, "predicted_q": 0.3}]})
     assert (check["pairs_against"], check["pairs_against_beyond_noise"]) == (1, 1)
+
+
+def test_cells_whose_gap_interval_is_wider_than_two_points_get_more_seeds_with_global_beside_them():
+    gaps = [{"partition": "random", "workers": 256, "strategy": "local", "q": 0.0, "ci90": [-3.3, 0.8]},
+            {"partition": "random", "workers": 256, "strategy": "partial", "q": 0.1, "ci90": [-1.2, -0.5]},
+            {"partition": "contiguous", "workers": 256, "strategy": "partial", "q": 0.1, "ci90": [-11.8, 1.5]},
+            {"partition": "contiguous", "workers": 32, "strategy": "partial", "q": 0.3, "ci90": [-1.0, 1.0]},
+            # a peer's runs lie under the first partition and stand for both: one cell, however many rows
+            {"partition": "random", "workers": 32, "strategy": "corgipile", "q": 1.0, "ci90": [-3.0, 0.0]},
+            {"partition": "contiguous", "workers": 32, "strategy": "corgipile", "q": 1.0, "ci90": [-3.0, 0.0]}]
+    assert wide_cells(gaps, "random") == [("random", 256, "local"), ("random", 256, "global"),
+                                          ("contiguous", 256, "partial-0.1"), ("random", 32, "corgipile"),
+                                          ("random", 32, "global")]  # exactly 2 points wide is not wider
