@@ -26,7 +26,7 @@ STUDY = REPO / "results/reference/accuracy_study.json"
 SYNTHETIC = REPO / "results/reference/accuracy_synthetic.json"
 FASHION = REPO / "results/reference/accuracy_fashion.json"
 FASHION_PREREGISTERED = REPO / "results/reference/accuracy_fashion_preregistered.json"
-VARIANT = "digits/global"  # BatchNorm over the global batch
+GLOBAL_NORM = "global"  # a study's variant with BatchNorm over the global batch, filed as <dataset>/global
 DATASETS = {"fashion": "Real clothing photos (Fashion-MNIST)", "digits": "Real handwritten digits",
             "synthetic": "Synthetic images"}
 FAMILIES = {"local": "LS", "partial": "PLS"}
@@ -128,8 +128,9 @@ def fashion_section(fashion: dict) -> list[str]:
     trained = {(c["partition"], c["workers"]) for c in fashion["cells"]}
     waiting = [f"{c['partition']} M = {c['workers']}" for c in fashion["preregistered_cells"]
                if (c["partition"], c["workers"]) not in trained]
+    variant = global_norm(fashion)
     lines = [heading(fashion, "the study at the paper's regime"), "", *cell_table(fashion, predicted_of(fashion, fashion)),
-             "", *findings(fashion, None)]
+             *variant_table(variant, fashion), "", *findings(fashion, variant)]
     if waiting:
         lines.append(f"- Pre-registered, not trained yet: {', '.join(waiting)}.")
     if "preregistered_peers" in fashion:
@@ -182,7 +183,6 @@ def shared_reads_lines(study: dict) -> list[str]:
 
 def block(study: dict, synthetic: dict, fashion: dict | None = None) -> str:
     """The README's accuracy block (module doc), led by the Fashion-MNIST study where it has cells."""
-    setup = study["setup"]
     lines = [
         f"Gaps to GS are final top-1 points paired by seed, mean [{REACH_LEVEL * 100:.0f} % interval]; a strategy *reaches "
         f"GS* (✓) where that interval's lower end is at most δ = {EQUIVALENCE_MARGIN:g} point below 0: an equivalence "
@@ -193,21 +193,33 @@ def block(study: dict, synthetic: dict, fashion: dict | None = None) -> str:
     ]
     if fashion is not None:
         lines += [*fashion_section(fashion), ""]
+    variant = global_norm(study)
     lines += [heading(study, "the study" if fashion is None else "the earlier study"), "",
-              *cell_table(study, predicted_of(study, study))]
-    variant = study.get("variants", {}).get(VARIANT)
-    if variant is not None:
-        lines += ["", "With BatchNorm over the global batch instead (`model.norm=global`):", "",
-                  *cell_table({**variant, "setup": setup}, predicted_of(variant, study))]
+              *cell_table(study, predicted_of(study, study)), *variant_table(variant, study)]
     lines += ["", *findings(study, variant), f"- **Synthetic data, the secondary study** ({synthetic_line(synthetic, study)}).",
-              "", record_line(study, variant, fashion)]
+              "", record_line([found for found in (fashion, study) if found is not None])]
     return "\n".join(lines)
 
 
-def record_line(study: dict, variant: dict | None, fashion: dict | None) -> str:
-    """What `tune-q --predict` is good for, counted over every pre-registration above (its output says the same)."""
+def global_norm(study: dict) -> dict | None:
+    """The study's variant with BatchNorm over the global batch, if it has one."""
+    return study.get("variants", {}).get(f"{study['rows'][0]['dataset']}/{GLOBAL_NORM}")
+
+
+def variant_table(variant: dict | None, study: dict) -> list[str]:
+    """The global-BatchNorm variant's table, under its study's (none without a variant)."""
+    if variant is None:
+        return []
+    return ["", "With BatchNorm over the global batch instead (`model.norm=global`):", "",
+            *cell_table({**variant, "setup": study["setup"]}, predicted_of(variant, study))]
+
+
+def record_line(studies: list[dict]) -> str:
+    """What `tune-q --predict` is good for, counted over every pre-registration above, the studies' and
+    their variants' (its output says the same)."""
     checks = {f"{found['rows'][0]['dataset']}/{found['rows'][0]['norm']}": found["preregistered"]
-              for found in (fashion, study, variant) if found is not None and "preregistered" in found}
+              for study in studies for found in (study, *study.get("variants", {}).values())
+              if "preregistered" in found}
     return ("**What `tune-q --predict` is good for**, over the pre-registered cells above: "
             + "; ".join(predictor_record(checks)) + ".")
 
