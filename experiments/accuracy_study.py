@@ -8,18 +8,19 @@ process (exactly synchronous SGD with BatchNorm over each worker's local batch):
         storage.partition=contiguous seed=0,1,2 hydra.sweep.dir=<out>/contiguous/M16/partial-0.3 ...
 
 `--jobs` cells run at a time; seeds already complete under `--out` are reused, so the study can
-be extended or resumed. `--seeds-where-wide N` then trains seeds up to N where a cell's paired gap
-to global shuffling has a 90 % interval wider than 2 points (`--wider-than`), and global's at its M
-to pair them. Then it writes `<json>` (the points with 95 % intervals over seeds, the
-local-vs-global gap per cell, the smallest q whose interval reaches global shuffling's: overlaps it
-or lies above; and how well the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`,
-the curves per epoch with interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves
-(`q_recovery_<partition>.png`) and the quality-vs-gap plot (`quality_vs_gap.png`).
+be extended or resumed; `--collect-only` writes what is trained so far and trains nothing.
+`--seeds-where-wide N` then trains seeds up to N where a cell's paired gap to global shuffling has
+a 90 % interval wider than 2 points (`--wider-than`), and global's at its M to pair them. Then
+it writes `<json>` (the points with 95 % intervals over seeds, the local-vs-global gap per cell,
+the smallest q whose interval reaches global shuffling's: overlaps it or lies above; and how well
+the `mixing` quality predicts the gap), `<figures>/accuracy_study.txt`, the curves per epoch with
+interval bands (`accuracy_<partition>_M<M>.png`), the q-recovery curves (`q_recovery_<partition>.png`)
+and the quality-vs-gap plot (`quality_vs_gap.png`).
 
     python experiments/accuracy_study.py [--workers 16 64] [--partitions random contiguous]
-        [--strategies global local partial-0.1 ...] [--seeds 3] [--seeds-where-wide 5 [--wider-than 2]] [--epochs 12] [--jobs 2]
-        [--dataset synthetic|digits|fashion] [--out results/experiments/accuracy_study] [--json PATH]
-        [--figures DIR] [--into MAIN_JSON] [override ...]
+        [--strategies global local partial-0.1 ...] [--seeds 3] [--seeds-where-wide 5 [--wider-than 2]]
+        [--collect-only] [--epochs 12] [--jobs 2] [--dataset synthetic|digits|fashion]
+        [--out results/experiments/accuracy_study] [--json PATH] [--figures DIR] [--into MAIN_JSON] [override ...]
 
 Trailing overrides follow the defaults below and win over them, e.g. `model=inceptionv4_small`.
 Global shuffling has no partition: its runs are trained under the first partition and stand for
@@ -71,6 +72,7 @@ from hpcshuffle.studies.accuracy_runs import (
     run_cell,
     strategy_of,
     study_setup,
+    trained_seeds,
     wide_cells,
     with_label_skew,
     write_preregistration,
@@ -120,6 +122,9 @@ def main() -> None:
     parser.add_argument("--seeds-where-wide", type=int, default=None, metavar="N",
                         help="then train seeds up to N of every cell whose paired gap's 90 %% interval is wider than "
                              "--wider-than, and of global shuffling at its M")
+    parser.add_argument("--collect-only", action="store_true",
+                        help="train nothing and touch no run (a study may be training them): write the JSON, figures "
+                             "and text from the cells whose seeds are complete, naming the others")
     parser.add_argument("--wider-than", type=float, default=WIDE, metavar="POINTS",
                         help=f"the interval width, in top-1 points, that --seeds-where-wide acts on (default {WIDE:g})")
     parser.add_argument("--epochs", type=int, default=12)
@@ -211,10 +216,18 @@ def main() -> None:
         return rows + [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
                        for partition in args.partitions[1:]], run_dirs
 
-    seeds = dict.fromkeys(cells, args.seeds)
-    train(seeds)
-    rows, run_dirs = collected(seeds)
-    if args.seeds_where_wide:
+    if args.collect_only:
+        seeds, short = trained_seeds(out, cells, [args.seeds, args.seeds_where_wide or args.seeds], args.epochs)
+        print(f"--collect-only: {len(seeds)} cells trained; left out, their {args.seeds} seeds not all complete: "
+              + (", ".join(f"{p}/M{m}/{s}" for p, m, s in short) or "none"), flush=True)
+        if not seeds:
+            sys.exit(f"--collect-only: no cell under {out} has {args.seeds} complete seeds yet; train first")
+        rows, run_dirs = collected(seeds)
+    else:
+        seeds = dict.fromkeys(cells, args.seeds)
+        train(seeds)
+        rows, run_dirs = collected(seeds)
+    if args.seeds_where_wide and not args.collect_only:
         wide = wide_cells(summary(rows)["gaps"], first, args.wider_than)
         print(f"{len(wide)} cells (with global shuffling at their M) get seeds up to {args.seeds_where_wide}: their "
               f"paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)

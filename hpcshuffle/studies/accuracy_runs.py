@@ -74,6 +74,21 @@ def wide_cells(gaps: list[dict], first: str, width: float = WIDE) -> list[tuple[
     return list(dict.fromkeys(found))
 
 
+def trained_seeds(out: Path, cells: list[tuple[str, int, str]], counts: list[int],
+                  epochs: int) -> tuple[dict[tuple, int], list[tuple]]:
+    """Without touching a run (a study may be training them): per cell, the largest of `counts` whose
+    seeds 0..N-1 all hold `epochs` epochs, and the cells with fewer than the smallest of them."""
+    found, short = {}, []
+    for cell in cells:
+        complete = [n for n in sorted(counts, reverse=True)
+                    if all(len(records(cell_dir(out, *cell) / f"seed{seed}")) >= epochs for seed in range(n))]
+        if complete:
+            found[cell] = complete[0]
+        else:
+            short.append(cell)
+    return found, short
+
+
 def missing_seeds(cell: Path, seeds: int, epochs: int) -> list[int]:
     """The seeds of a cell still to train; a seed's run cut short is removed, to be trained again."""
     missing = []

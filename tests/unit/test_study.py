@@ -21,7 +21,7 @@ from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
 from hpcshuffle.studies.accuracy_report import preregistration_check
-from hpcshuffle.studies.accuracy_runs import wide_cells
+from hpcshuffle.studies.accuracy_runs import trained_seeds, wide_cells
 from tests.unit.test_tune import write_run
 
 # final top-1 per (partition, strategy, q) and seed 0, 1, 2, at M = 16
@@ -207,3 +207,17 @@ def test_cells_whose_gap_interval_is_wider_than_two_points_get_more_seeds_with_g
     assert wide_cells(gaps, "random") == [("random", 256, "local"), ("random", 256, "global"),
                                           ("contiguous", 256, "partial-0.1"), ("random", 32, "corgipile"),
                                           ("random", 32, "global")]  # exactly 2 points wide is not wider
+
+
+def test_collect_only_takes_the_complete_seeds_and_leaves_a_run_in_progress_alone(tmp_path):
+    def runs(strategy: str, epochs: list[int]) -> tuple:
+        for seed, done in enumerate(epochs):
+            run = tmp_path / "random" / "M4" / strategy / f"seed{seed}"
+            run.mkdir(parents=True)
+            (run / "metrics.jsonl").write_text("".join(f'{{"epoch": {e}}}\n' for e in range(done)))
+        return "random", 4, strategy
+
+    five, three, short = runs("global", [2] * 5), runs("local", [2, 2, 2, 1]), runs("partial-0.3", [2, 2, 1])
+    found, left_out = trained_seeds(tmp_path, [five, three, short], [3, 5], epochs=2)
+    assert found == {five: 5, three: 3} and left_out == [short]
+    assert (tmp_path / "random/M4/partial-0.3/seed2/metrics.jsonl").read_text() == '{"epoch": 0}\n'  # untouched
