@@ -100,25 +100,26 @@ def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(t
     late = run(*args, "--preregister", str(tmp_path / "late.json"))
     assert "not pre-registered, they have runs already: random M=2, contiguous M=2, dirichlet-0.5 M=2" in late.stdout
 
-    # a variant (real digits, BatchNorm over the global batch) is filed under the main study's variants
+    # a variant (real digits, BatchNorm over the global batch) is filed under the main study's variants; a
+    # third seed where a cell's paired gap is wider than asked (here every one), and global's beside it
     variant = run("experiments/accuracy_study.py", *study_args, "--partitions", "contiguous", "--dataset", "digits",
                   "--out", str(tmp_path / "digits"), "--into", str(tmp_path / "study.json"), "model.norm=global",
-                  f"dataset.root={tmp_path / 'data-digits'}", "dataset.synthesize.size=8", "batch_size=16")
+                  f"dataset.root={tmp_path / 'data-digits'}", "dataset.synthesize.size=8", "batch_size=16",
+                  "--seeds-where-wide", "3", "--wider-than", "-1")
     assert "filed as digits/global under" in variant.stdout
+    assert "2 cells (with global shuffling at their M) get seeds up to 3" in variant.stdout
+    assert variant.stdout.count("seeds [0, 1] trained") == variant.stdout.count("seeds [2] trained") == 2
     filed = json.loads((tmp_path / "study.json").read_text())["variants"]["digits/global"]
     assert {(r["partition"], r["strategy"], r["dataset"], r["norm"]) for r in filed["rows"]} == {
         ("contiguous", "global", "digits", "global"), ("contiguous", "local", "digits", "global")}
-    assert {run["norm"] for run in filed["runs"]} == {"global"} and len(filed["runs"]) == 4
+    assert {run["norm"] for run in filed["runs"]} == {"global"} and len(filed["runs"]) == 6
+    assert all(r["seeds"] == [0, 1, 2] for r in filed["rows"])
+    assert sorted(map(tuple, filed["setup"]["seeds_where_wide"]["cells"])) == [("contiguous", 2, "global"),
+                                                                               ("contiguous", 2, "local")]
 
-    # a third seed where a cell's paired gap is wider than asked (here every one), and global's beside it
-    again = run(*args, "--seeds-where-wide", "3", "--wider-than", "-1")
-    assert "4 cells (with global shuffling at their M) get seeds up to 3" in again.stdout
-    assert again.stdout.count("2 seeds complete, reused") == 4 and again.stdout.count("seeds [2] trained") == 4
-    more = json.loads((tmp_path / "study.json").read_text())
-    assert sorted(map(tuple, more["setup"]["seeds_where_wide"]["cells"])) == [
-        ("contiguous", 2, "local"), ("dirichlet-0.5", 2, "local"), ("random", 2, "global"), ("random", 2, "local")]
-    assert all(r["seeds"] == [0, 1, 2] for r in more["rows"])
-    assert "digits/global" in more["variants"]  # kept
+    again = run(*args)
+    assert again.stdout.count("2 seeds complete, reused") == 4
+    assert "digits/global" in json.loads((tmp_path / "study.json").read_text())["variants"]  # kept
 
 
 def test_accuracy_study_refuses_one_seed():
