@@ -115,9 +115,9 @@ def heading(study: dict, what: str) -> str:
     setup = study["setup"]
     batches = ", ".join(f"b = {b} at M = {m}" for m, b in setup["batch_size"].items())
     more = setup.get("seeds_where_wide")
+    cells = ", ".join(f"{p} M = {m} {name(s)}" for p, m, s in (more or {}).get("cells", []) if s != "global")
     wide = (f", {more['seeds']} where the paired gap's interval was wider than {more['wider_than']:g} points: "
-            + ", ".join(f"{p} M = {m} {name(s)}" for p, m, s in more["cells"] if s != "global")
-            + ", and GS at their M" if more else "")
+            + (f"{cells}, and GS at their M" if cells else "none so far") if more else "")
     return (f"**{DATASETS[setup['dataset']]}, {what}** ({setup['samples']:,} training images of {setup['classes']} "
             f"classes, {setup['model']}, {NORMS[study['rows'][0]['norm']]}, {setup['epochs']} epochs, {batches}, "
             f"{setup['seeds']} seeds a cell{wide}).")
