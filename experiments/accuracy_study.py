@@ -70,6 +70,7 @@ from hpcshuffle.studies.accuracy_runs import (
     has_partition,
     predicted_q,
     run_cell,
+    runs_cell,
     strategy_of,
     study_setup,
     trained_seeds,
@@ -190,7 +191,7 @@ def main() -> None:
         write_peer_preregistration(Path(args.preregister_peers), out, args.dataset, args.partitions, batches,
                                    args.strategies, peers_of(args.strategies), args.epochs, args.seeds, overrides)
         return
-    cells = list(dict.fromkeys((p if has_partition(s) else first, m, s)
+    cells = list(dict.fromkeys(runs_cell(first, p, m, s)
                                for p in args.partitions for m in args.workers for s in args.strategies))
     print(f"accuracy study: {len(cells)} cells × {args.seeds} seeds, {args.epochs} epochs, {args.jobs} at a time "
           f"-> {out}", flush=True)
@@ -222,18 +223,16 @@ def main() -> None:
               + (", ".join(f"{p}/M{m}/{s}" for p, m, s in short) or "none"), flush=True)
         if not seeds:
             sys.exit(f"--collect-only: no cell under {out} has {args.seeds} complete seeds yet; train first")
-        rows, run_dirs = collected(seeds)
     else:
         seeds = dict.fromkeys(cells, args.seeds)
         train(seeds)
-        rows, run_dirs = collected(seeds)
-    if args.seeds_where_wide and not args.collect_only:
-        wide = wide_cells(summary(rows)["gaps"], first, args.wider_than)
-        print(f"{len(wide)} cells (with global shuffling at their M) get seeds up to {args.seeds_where_wide}: their "
-              f"paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)
-        seeds.update(dict.fromkeys(wide, args.seeds_where_wide))
-        train(dict.fromkeys(wide, args.seeds_where_wide))
-        rows, run_dirs = collected(seeds)
+        if args.seeds_where_wide:
+            wide = wide_cells(summary(collected(seeds)[0])["gaps"], first, args.wider_than)
+            print(f"{len(wide)} cells (with global shuffling at their M) get seeds up to {args.seeds_where_wide}: "
+                  f"their paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)
+            seeds.update(dict.fromkeys(wide, args.seeds_where_wide))
+            train(dict.fromkeys(wide, args.seeds_where_wide))
+    rows, run_dirs = collected(seeds)
     result = summary(rows)
     result["setup"] = study_setup(args.dataset, args.partitions, args.workers, args.epochs, args.seeds, rows,
                                   run_dirs[0])

@@ -154,8 +154,8 @@ def peers_line(check: dict) -> str:
             "consecutive samples: CorgiPile the shards in a new random order each epoch through a buffer of ten; "
             "Streaming py1e and py1br the exact ids a StreamingDataset gives each worker, each worker a node of its "
             "own (Streaming's default canonical node count, the physical nodes, is then M) and its default shuffle "
-            "block (2^18 samples, more than the dataset). Without a partition they "
-            "are trained once per M and stand in both partitions' rows. **Their pre-registration** (every "
+            "block (2^18 samples, more than the dataset). Without a partition they are trained once per M and "
+            "stand in both partitions' rows. **Their pre-registration** (every "
             "strategy's planned label skew and Streaming's shuffle-quality score, committed before any peer's run) "
             "against the trained paired gaps, Spearman ρ of −skew and of the score, per cell: "
             f"{cells}; within partitions: {within}.")

@@ -52,9 +52,15 @@ def has_partition(strategy: str) -> bool:
     return get_strategy(strategy.split("-")[0]).node_scope
 
 
+def runs_cell(first: str, partition: str, workers: int, strategy: str) -> tuple[str, int, str]:
+    """The (partition, M, strategy) whose runs a cell reads: its own, or the first partition's where the
+    strategy has none."""
+    return partition if has_partition(strategy) else first, workers, strategy
+
+
 def runs_dir(out: Path, first: str, partition: str, workers: int, strategy: str) -> Path:
-    """Where the runs of a cell lie: its own directory, or the first partition's where the strategy has none."""
-    return cell_dir(out, partition if has_partition(strategy) else first, workers, strategy)
+    """Where the runs of a cell lie (`runs_cell`'s directory)."""
+    return cell_dir(out, *runs_cell(first, partition, workers, strategy))
 
 
 WIDE = 2.0  # points: a cell whose paired gap's 90 % interval is wider gets more seeds (--seeds-where-wide)
@@ -68,8 +74,7 @@ def wide_cells(gaps: list[dict], first: str, width: float = WIDE) -> list[tuple[
     for gap in gaps:
         low, high = gap["ci90"]
         if high - low > width:
-            strategy = strategy_of(gap)
-            found += [(gap["partition"] if has_partition(strategy) else first, gap["workers"], strategy),
+            found += [runs_cell(first, gap["partition"], gap["workers"], strategy_of(gap)),
                       (first, gap["workers"], "global")]
     return list(dict.fromkeys(found))
 
@@ -80,10 +85,12 @@ def trained_seeds(out: Path, cells: list[tuple[str, int, str]], counts: list[int
     seeds 0..N-1 all hold `epochs` epochs, and the cells with fewer than the smallest of them."""
     found, short = {}, []
     for cell in cells:
-        complete = [n for n in sorted(counts, reverse=True)
-                    if all(len(records(cell_dir(out, *cell) / f"seed{seed}")) >= epochs for seed in range(n))]
-        if complete:
-            found[cell] = complete[0]
+        complete = 0  # seeds 0..complete-1 hold every epoch
+        while complete < max(counts) and len(records(cell_dir(out, *cell) / f"seed{complete}")) >= epochs:
+            complete += 1
+        enough = [n for n in counts if n <= complete]
+        if enough:
+            found[cell] = max(enough)
         else:
             short.append(cell)
     return found, short
