@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -52,9 +53,9 @@ FEED_TARGET = 0.95  # below this share of the ceiling, the GPU path alone is "no
 # the sizes of a real check and of the dry run (same steps; the dry run only proves they work)
 SIZES = {
     "gpu": dict(samples=12288, val_samples=512, classes=100, height=375, width=500, quality=70, image_size=224,
-                batch=256, epochs=3, model="resnet50", precision="bf16", channels_last=True, steps=30),
+                batch=256, epochs=3, model="resnet50", precision="bf16", channels_last=True, steps=30, run_timeout_s=150),
     "dry": dict(samples=64, val_samples=16, classes=4, height=30, width=40, quality=70, image_size=32,
-                batch=8, epochs=2, model="small_cnn", precision="fp32", channels_last=False, steps=3),
+                batch=8, epochs=2, model="small_cnn", precision="fp32", channels_last=False, steps=3, run_timeout_s=300),
 }
 
 
@@ -97,7 +98,11 @@ def ceiling(size: dict, device: str) -> float:
 
 def train(name: str, out: Path, work: Path, size: dict, device: str, shuffle: str, workers: int,
           decode: str, gpu_fraction: float = 1.0) -> dict:
-    """One `python -m hpcshuffle.train` run; its log under `out`, its numbers from metrics.jsonl."""
+    """One `python -m hpcshuffle.train` run; its log under `out`, its numbers from metrics.jsonl.
+
+    A run that fails or outlasts `run_timeout_s` is recorded with `failed` (why) and the check goes
+    on: a lent GPU's minutes are too few to lose the other runs to one of them.
+    """
     run_dir = work / "runs" / name
     command = [
         sys.executable, "-m", "hpcshuffle.train", f"shuffle={shuffle}", "dataset=imagefolder",
@@ -109,18 +114,30 @@ def train(name: str, out: Path, work: Path, size: dict, device: str, shuffle: st
         f"hydra.run.dir={run_dir}",
     ]
     started = time.perf_counter()
-    result = subprocess.run(command, cwd=REPO, capture_output=True, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"})
-    (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{result.stdout}\n{result.stderr}")
-    if result.returncode != 0:
-        sys.exit(f"gpu_check: run {name} failed ({result.returncode}); its log is {out / f'{name}.log'}:\n"
-                 f"{result.stderr[-3000:]}")
+    run = {"shuffle": shuffle, "decode": decode, "gpu_fraction": gpu_fraction if decode == "gpu" else 0.0,
+           "loader_workers": workers}
+    # a session of its own, so that a run past its time is ended with its loader workers
+    with subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "2", "PYTHONUNBUFFERED": "1"}) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=size["run_timeout_s"])
+            failed = f"exit code {process.returncode}" if process.returncode != 0 else None
+        except subprocess.TimeoutExpired:
+            os.killpg(process.pid, signal.SIGKILL)
+            stdout, stderr = process.communicate()
+            failed = f"ended after {size['run_timeout_s']} s"
+    (out / f"{name}.log").write_text(f"$ {' '.join(command)}\n{stdout}\n{stderr}")
+    run["wall_s"] = round(time.perf_counter() - started, 1)
+    if failed:
+        print(f"gpu_check: run {name} failed ({failed}); its log is {out / f'{name}.log'}:\n{stderr[-3000:]}",
+              file=sys.stderr, flush=True)
+        return {**run, "failed": failed, "stderr_tail": stderr[-1500:]}
     records = read_jsonl(run_dir / "metrics.jsonl")
     measured = records[1:] or records  # the first epoch pays for start-up
     iterations = records[-1]["iterations"]
     return {
-        "shuffle": shuffle, "decode": decode, "gpu_fraction": gpu_fraction if decode == "gpu" else 0.0,
-        "loader_workers": workers,
+        **run,
         "img_s": statistics.median(r["num_samples"] / r["time"]["epoch"]["max"] for r in measured),
         "img_s_per_epoch": [round(r["num_samples"] / r["time"]["epoch"]["max"], 1) for r in records],
         "fwbw_s_per_step": statistics.median(r["time"]["fwbw"]["mean"] / iterations for r in measured),
@@ -128,22 +145,30 @@ def train(name: str, out: Path, work: Path, size: dict, device: str, shuffle: st
         "train_loss": [round(r["train_loss"], 4) for r in records],
         "skipped": sum(r["samples"]["skipped"] for r in records),
         "audit_problems": audit_problems(run_dir),
-        "wall_s": round(time.perf_counter() - started, 1),
     }
 
 
 def sweep_fraction(out: Path, work: Path, size: dict, device: str, workers: int, full: dict, ceiling_img_s: float,
-                   dry_run: bool) -> tuple[float, list[dict]]:
+                   dry_run: bool) -> tuple[float, list[dict], dict | None]:
     """The share of each batch to decode on the GPU: 1 if that alone feeds the model, else the best of a
-    few shares that leave the workers what they can decode meanwhile (the dry run always tries one)."""
+    few shares that leave the workers what they can decode meanwhile (the dry run always tries one).
+    Returns the share, what each share fed, and the chosen share's run (None for 1)."""
     tried = [{"gpu_fraction": 1.0, "img_s": full["img_s"]}]
     if full["img_s"] >= FEED_TARGET * ceiling_img_s and not dry_run:
-        return 1.0, tried
+        return 1.0, tried, None
+    candidates = {1.0: None}
     for fraction in (0.5,) if dry_run else (0.85, 0.7):
         run = train(f"sweep-gpu-{fraction}", out, work, size, device, "local", workers, "gpu", fraction)
-        tried.append({"gpu_fraction": fraction, "img_s": run["img_s"]})
-    best = max(tried, key=lambda row: row["img_s"])
-    return best["gpu_fraction"], tried
+        tried.append({"gpu_fraction": fraction, **{key: run[key] for key in ("img_s", "failed") if key in run}})
+        if "failed" not in run:
+            candidates[fraction] = run
+    best = max((row for row in tried if "img_s" in row), key=lambda row: row["img_s"])
+    return best["gpu_fraction"], tried, candidates[best["gpu_fraction"]]
+
+
+def rate(run: dict) -> str:
+    """A run's img/s, or why it has none."""
+    return f"FAILED ({run['failed']})" if "failed" in run else f"{run['img_s']:.0f} img/s"
 
 
 def table(report: dict) -> str:
@@ -154,11 +179,15 @@ def table(report: dict) -> str:
              f"{'loss first->last':>17} {'audit':>6}"]
     for name, run in report["runs"].items():
         decode = run["decode"] + (f" {run['gpu_fraction']:.2f}" if run["decode"] == "gpu" else "")
+        if "failed" in run:
+            lines.append(f"{name:<10} {decode:<8} FAILED: {run['failed']}")
+            continue
         loss = f"{run['train_loss'][0]:.3f}->{run['train_loss'][-1]:.3f}"
         lines.append(f"{name:<10} {decode:<8} {run['img_s']:>8.0f} {run['img_s'] / report['ceiling_img_s']:>10.2f} "
                      f"{run['fwbw_s_per_step']:>10.3f} {run['io_s_per_step']:>8.3f} {loss:>17} "
                      f"{'exact' if not run['audit_problems'] else 'WRONG':>6}")
-    lines.append(f"feed ratio (best decode / ceiling): {report['feed_ratio']:.2f}")
+    ratio = report["feed_ratio"]
+    lines.append(f"feed ratio (best decode / ceiling): {'none (no decode run finished)' if ratio is None else f'{ratio:.2f}'}")
     return "\n".join(lines)
 
 
@@ -204,32 +233,38 @@ def main() -> None:
     report["ceiling_img_s"] = ceiling(size, device)
     step(f"ceiling: {report['ceiling_img_s']:.0f} img/s")
     runs["LS-cpu"] = train("LS-cpu", args.out, work, size, device, "local", workers, "cpu")
-    step(f"LS, decode=cpu: {runs['LS-cpu']['img_s']:.0f} img/s")
+    step(f"LS, decode=cpu: {rate(runs['LS-cpu'])}")
     runs["LS-gpu"] = train("LS-gpu", args.out, work, size, device, "local", workers, "gpu")
-    step(f"LS, decode=gpu: {runs['LS-gpu']['img_s']:.0f} img/s")
-    fraction, report["gpu_fraction_sweep"] = sweep_fraction(args.out, work, size, device, workers, runs["LS-gpu"],
-                                                            report["ceiling_img_s"], dry_run)
+    step(f"LS, decode=gpu: {rate(runs['LS-gpu'])}")
+    fraction = 1.0
+    if "failed" not in runs["LS-gpu"]:
+        fraction, report["gpu_fraction_sweep"], split = sweep_fraction(
+            args.out, work, size, device, workers, runs["LS-gpu"], report["ceiling_img_s"], dry_run)
+        if split is not None:  # the sweep's run at the chosen share is the LS run at that share
+            runs["LS-split"] = split
     report["gpu_fraction"] = fraction
-    step(f"gpu_fraction: {fraction} of {report['gpu_fraction_sweep']}")
-    if fraction != 1.0:
-        runs["LS-split"] = train("LS-split", args.out, work, size, device, "local", workers, "gpu", fraction)
-        step(f"LS, decode=gpu at {fraction}: {runs['LS-split']['img_s']:.0f} img/s")
+    step(f"gpu_fraction: {fraction} of {report.get('gpu_fraction_sweep')}")
     runs["GS-cpu"] = train("GS-cpu", args.out, work, size, device, "global", workers, "cpu")
-    step(f"GS, decode=cpu: {runs['GS-cpu']['img_s']:.0f} img/s")
+    step(f"GS, decode=cpu: {rate(runs['GS-cpu'])}")
     runs["GS-gpu"] = train("GS-gpu", args.out, work, size, device, "global", workers, "gpu", fraction)
-    step(f"GS, decode=gpu: {runs['GS-gpu']['img_s']:.0f} img/s")
+    step(f"GS, decode=gpu: {rate(runs['GS-gpu'])}")
 
-    gpu_run = runs.get("LS-split", runs["LS-gpu"])
-    report.update(runs=runs, loader_workers=workers, cpu_decode_img_s=runs["LS-cpu"]["img_s"],
-                  gpu_decode_img_s=gpu_run["img_s"],
-                  feed_ratio=max(runs["LS-cpu"]["img_s"], gpu_run["img_s"]) / report["ceiling_img_s"],
-                  loss_falls=all(run["train_loss"][-1] < run["train_loss"][0] for run in runs.values()),
-                  audit_exact=not any(run["audit_problems"] for run in runs.values()),
+    finished = {name: run for name, run in runs.items() if "failed" not in run}
+    cpu_run, gpu_run = finished.get("LS-cpu"), finished.get("LS-split", finished.get("LS-gpu"))
+    decoded = [run["img_s"] for run in (cpu_run, gpu_run) if run is not None]
+    report.update(runs=runs, loader_workers=workers, cpu_decode_img_s=cpu_run and cpu_run["img_s"],
+                  gpu_decode_img_s=gpu_run and gpu_run["img_s"],
+                  feed_ratio=max(decoded) / report["ceiling_img_s"] if decoded else None,
+                  loss_falls=all(run["train_loss"][-1] < run["train_loss"][0] for run in finished.values()),
+                  audit_exact=not any(run["audit_problems"] for run in finished.values()),
+                  failed=sorted(set(runs) - set(finished)),
                   wall_s=round(time.perf_counter() - started, 1), complete=True)
     (args.out / "gpu.json").write_text(json.dumps(report, indent=2) + "\n")
     print(table(report))
     if args.work is None:
         shutil.rmtree(work, ignore_errors=True)
+    if report["failed"]:
+        sys.exit(f"gpu_check: {', '.join(report['failed'])} failed; gpu.json keeps what the others measured")
 
 
 if __name__ == "__main__":

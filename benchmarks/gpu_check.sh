@@ -9,7 +9,7 @@
 # Writes gpu.json and the runs' logs under $OUT (the device tool's folder), or
 # benchmarks/results/gpu-<date>/ when OUT is unset. Needs nothing from outside: the GPU machine's
 # image has torch, torchvision, mpi4py, h5py, scipy, pillow, ... but not Hydra or submitit, which
-# come as the carried wheels, installed into a venv that sees the image's packages.
+# come as the carried wheels, installed into a folder on PYTHONPATH over the image's packages.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 WHEELS=.gpu_wheels
@@ -43,17 +43,17 @@ else
          "are reachable, and carry $WHEELS to this machine" >&2
     exit 2
   fi
-  VENV=${TMPDIR:-/tmp}/hpcshuffle-gpu-venv
-  if python3 -m venv --system-site-packages "$VENV"; then
-    PYTHON=$VENV/bin/python
-    INSTALL=("$PYTHON" -m pip install --quiet --no-index --find-links "$WHEELS" --no-deps)
-  else  # an image without ensurepip: the wheels go into a folder on PYTHONPATH over the image's packages
-    PYTHON=python3
-    INSTALL=(python3 -m pip install --quiet --no-index --find-links "$WHEELS" --no-deps --target "$VENV-site")
-    export PYTHONPATH=$VENV-site
-  fi
+  # the image's python3 is itself a venv (/opt/torch/.venv): a --system-site-packages venv made from it
+  # would see the base interpreter's packages, not torch, so the wheels go into a folder on PYTHONPATH
+  PYTHON=python3
+  SITE=${TMPDIR:-/tmp}/hpcshuffle-gpu-site
+  rm -rf "$SITE"
+  INSTALL=(python3 -m pip install --quiet --no-index --no-compile --find-links "$WHEELS" --no-deps --target "$SITE")
+  export PYTHONPATH=$SITE
   "${INSTALL[@]}" "${PINNED[@]}"
   "$PYTHON" -c "import yaml" 2>/dev/null || "${INSTALL[@]}" PyYAML
+  # one rank, no mpiexec: Open MPI's singleton start, as root on the lent machine
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 fi
 # the repository itself, not installed: `python -m hpcshuffle.train` runs from the working tree

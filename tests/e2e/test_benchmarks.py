@@ -167,3 +167,17 @@ def test_gpu_check_dry_run_writes_every_field_of_gpu_json(tmp_path):
     assert report["feed_ratio"] == pytest.approx(
         max(report["cpu_decode_img_s"], report["gpu_decode_img_s"]) / report["ceiling_img_s"])
     assert result.stdout.strip().splitlines()[-1].startswith("feed ratio (best decode / ceiling): ")
+
+
+def test_gpu_check_records_a_failed_run_and_goes_on(tmp_path, monkeypatch):
+    """A run that fails on the lent machine is kept with its reason and log, not the end of the check:
+    its minutes are too few to lose the other runs to one of them."""
+    monkeypatch.syspath_prepend(str(REPO / "benchmarks"))
+    import gpu_check
+
+    size = {**gpu_check.SIZES["dry"], "run_timeout_s": 120}
+    # a share of the batch outside [0, 1]: the run stops at its config, as a broken one would
+    run = gpu_check.train("bad", tmp_path, tmp_path / "work", size, "cpu", "local", 0, "gpu", gpu_fraction=2.0)
+    assert run["failed"].startswith("exit code "), run
+    assert "gpu_fraction" in run["stderr_tail"] and "gpu_fraction" in (tmp_path / "bad.log").read_text()
+    assert gpu_check.rate(run) == f"FAILED ({run['failed']})"
