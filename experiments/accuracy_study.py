@@ -237,8 +237,12 @@ def main() -> None:
     result["setup"] = study_setup(args.dataset, args.partitions, args.workers, args.epochs, args.seeds, rows,
                                   run_dirs[0])
     if args.seeds_where_wide:
-        result["setup"]["seeds_where_wide"] = {"seeds": args.seeds_where_wide, "wider_than": args.wider_than,
-                                               "cells": [list(cell) for cell in seeds if seeds[cell] > args.seeds]}
+        if args.collect_only:  # the cells training gives more seeds; those still short of them are named apart
+            wide = wide_cells(summary(collected(dict.fromkeys(seeds, args.seeds))[0])["gaps"], first, args.wider_than)
+        result["setup"]["seeds_where_wide"] = {
+            "seeds": args.seeds_where_wide, "wider_than": args.wider_than,
+            "cells": [list(cell) for cell in wide if seeds.get(cell) == args.seeds_where_wide],
+            "still_to_train": [list(cell) for cell in wide if seeds.get(cell) != args.seeds_where_wide]}
     result["runs"] = runs_of(rows, result)
     shard = score_shard(overrides)
     for cell in result["cells"]:

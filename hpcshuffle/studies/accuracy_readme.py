@@ -115,9 +115,13 @@ def heading(study: dict, what: str) -> str:
     setup = study["setup"]
     batches = ", ".join(f"b = {b} at M = {m}" for m, b in setup["batch_size"].items())
     more = setup.get("seeds_where_wide")
-    cells = ", ".join(f"{p} M = {m} {name(s)}" for p, m, s in (more or {}).get("cells", []) if s != "global")
+    def named(key: str) -> str:
+        return ", ".join(f"{p} M = {m} {name(s)}" for p, m, s in (more or {}).get(key, []) if s != "global")
+
+    cells, waiting = named("cells"), named("still_to_train")
     wide = (f", {more['seeds']} where the paired gap's interval was wider than {more['wider_than']:g} points: "
-            + (f"{cells}, and GS at their M" if cells else "none so far") if more else "")
+            + (f"{cells}, and GS at their M" if cells else "none so far")
+            + (f"; still at {setup['seeds']}, to train: {waiting}" if waiting else "") if more else "")
     return (f"**{DATASETS[setup['dataset']]}, {what}** ({setup['samples']:,} training images of {setup['classes']} "
             f"classes, {setup['model']}, {NORMS[study['rows'][0]['norm']]}, {setup['epochs']} epochs, {batches}, "
             f"{setup['seeds']} seeds a cell{wide}).")

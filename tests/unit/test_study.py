@@ -20,6 +20,7 @@ from hpcshuffle.analysis.intervals import (
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
+from hpcshuffle.studies.accuracy_readme import heading
 from hpcshuffle.studies.accuracy_report import preregistration_check
 from hpcshuffle.studies.accuracy_runs import trained_seeds, wide_cells
 from tests.unit.test_tune import write_run
@@ -208,6 +209,16 @@ def test_cells_whose_gap_interval_is_wider_than_two_points_get_more_seeds_with_g
                                           ("contiguous", 256, "partial-0.1"), ("random", 32, "corgipile"),
                                           ("random", 32, "global")]  # exactly 2 points wide is not wider
 
+
+
+def test_the_readme_heading_names_the_wide_cells_trained_and_those_still_to_train():
+    setup = {"dataset": "fashion", "samples": 60000, "classes": 10, "model": "small_cnn", "epochs": 10, "seeds": 3,
+             "batch_size": {"32": 16}, "seeds_where_wide": {
+                 "seeds": 5, "wider_than": 2.0, "cells": [["contiguous", 32, "local"], ["random", 32, "global"]],
+                 "still_to_train": [["random", 32, "corgipile"]]}}
+    line = heading({"setup": setup, "rows": [{"norm": "worker"}]}, "the study")
+    assert line.endswith("3 seeds a cell, 5 where the paired gap's interval was wider than 2 points: contiguous M = 32 "
+                         "LS, and GS at their M; still at 3, to train: random M = 32 CorgiPile).")
 
 def test_collect_only_takes_the_complete_seeds_and_leaves_a_run_in_progress_alone(tmp_path):
     def runs(strategy: str, epochs: list[int]) -> tuple:
