@@ -217,6 +217,11 @@ def main() -> None:
         return rows + [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
                        for partition in args.partitions[1:]], run_dirs
 
+    def wide_of(first_pass: dict[tuple, int]) -> list[tuple]:
+        """The cells (with global shuffling at their M) whose paired gap's 90 % interval over the first
+        seeds is wider than --wider-than: those --seeds-where-wide trains further."""
+        return wide_cells(summary(collected(first_pass)[0])["gaps"], first, args.wider_than)
+
     if args.collect_only:
         seeds, short = trained_seeds(out, cells, [args.seeds, args.seeds_where_wide or args.seeds], args.epochs)
         print(f"--collect-only: {len(seeds)} cells trained; left out, their {args.seeds} seeds not all complete: "
@@ -227,7 +232,7 @@ def main() -> None:
         seeds = dict.fromkeys(cells, args.seeds)
         train(seeds)
         if args.seeds_where_wide:
-            wide = wide_cells(summary(collected(seeds)[0])["gaps"], first, args.wider_than)
+            wide = wide_of(seeds)
             print(f"{len(wide)} cells (with global shuffling at their M) get seeds up to {args.seeds_where_wide}: "
                   f"their paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)
             seeds.update(dict.fromkeys(wide, args.seeds_where_wide))
@@ -238,7 +243,7 @@ def main() -> None:
                                   run_dirs[0])
     if args.seeds_where_wide:
         if args.collect_only:  # the cells training gives more seeds; those still short of them are named apart
-            wide = wide_cells(summary(collected(dict.fromkeys(seeds, args.seeds))[0])["gaps"], first, args.wider_than)
+            wide = wide_of(dict.fromkeys(seeds, args.seeds))
         result["setup"]["seeds_where_wide"] = {
             "seeds": args.seeds_where_wide, "wider_than": args.wider_than,
             "cells": [list(cell) for cell in wide if seeds.get(cell) == args.seeds_where_wide],
