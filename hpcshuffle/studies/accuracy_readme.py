@@ -25,7 +25,6 @@ END = "<!-- accuracy: end -->"
 STUDY = REPO / "results/reference/accuracy_study.json"
 SYNTHETIC = REPO / "results/reference/accuracy_synthetic.json"
 FASHION = REPO / "results/reference/accuracy_fashion.json"
-FASHION_PREREGISTERED = REPO / "results/reference/accuracy_fashion_preregistered.json"
 GLOBAL_NORM = "global"  # a study's variant with BatchNorm over the global batch, filed as <dataset>/global
 DATASETS = {"fashion": "Real clothing photos (Fashion-MNIST)", "digits": "Real handwritten digits",
             "synthetic": "Synthetic images"}
@@ -129,14 +128,13 @@ def heading(study: dict, what: str) -> str:
 
 def fashion_section(fashion: dict) -> list[str]:
     """The Fashion-MNIST study, first: its trained cells, what they show, and the cells still to train."""
-    trained = {(c["partition"], c["workers"]) for c in fashion["cells"]}
-    waiting = [f"{c['partition']} M = {c['workers']}" for c in fashion["preregistered_cells"]
-               if (c["partition"], c["workers"]) not in trained]
     variant = global_norm(fashion)
     lines = [heading(fashion, "the study at the paper's regime"), "", *cell_table(fashion, predicted_of(fashion, fashion)),
              *variant_table(variant, fashion), "", *findings(fashion, variant)]
-    if waiting:
-        lines.append(f"- Pre-registered, not trained yet: {', '.join(waiting)}.")
+    for what, study in (("", fashion), (" with global BatchNorm", variant or {})):
+        if waiting := study.get("preregistered", {}).get("not_trained"):
+            lines.append(f"- Pre-registered{what}, not trained yet: "
+                         + ", ".join(f"{c['partition']} M = {c['workers']}" for c in waiting) + ".")
     if "preregistered_peers" in fashion:
         lines.append(peers_line(fashion["preregistered_peers"]))
     lines += shared_reads_lines(fashion)
@@ -229,12 +227,8 @@ def record_line(studies: list[dict]) -> str:
 
 
 def stored_studies() -> tuple[dict, dict, dict | None]:
-    """The studies the block is made from: digits, synthetic and (once it has a trained cell) Fashion-MNIST,
-    with the Fashion pre-registration's cells beside it."""
-    fashion = None
-    if FASHION.exists():
-        fashion = json.loads(FASHION.read_text())
-        fashion["preregistered_cells"] = json.loads(FASHION_PREREGISTERED.read_text())["cells"]
+    """The studies the block is made from: digits, synthetic and (once it has a trained cell) Fashion-MNIST."""
+    fashion = json.loads(FASHION.read_text()) if FASHION.exists() else None
     return json.loads(STUDY.read_text()), json.loads(SYNTHETIC.read_text()), fashion
 
 

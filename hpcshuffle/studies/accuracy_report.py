@@ -172,14 +172,16 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
     cells: per cell the predicted and the trained q (the paired rule), a hit where they agree or the
     predicted q reaches global shuffling, and per pair of strategies whose planned skews differ by the
     tolerance or more whether training ranks them as predicted (a pair ranked the other way counts as a
-    miss beyond the noise only where their own paired gap's interval excludes 0)."""
+    miss beyond the noise only where their own paired gap's interval excludes 0); the registered cells
+    with no runs yet apart, as `not_trained`."""
     scores = {(r["partition"], r["workers"], strategy_of(r)): dict(zip(r["seeds"], r["top1"])) for r in result["rows"]}
     trained_q = {(c["partition"], c["workers"]): c["smallest_q_reaching_global"] for c in result["cells"]}
-    cells = []
+    cells, not_trained = [], []
     baselines = dict.fromkeys(CONSTANT_QS, 0)
     for cell in preregistered["cells"]:
         key = (cell["partition"], cell["workers"])
         if key not in trained_q:
+            not_trained.append({"partition": key[0], "workers": key[1]})
             continue
         mine = {strategy: scores[(*key, strategy)] for strategy in cell["skew"] if (*key, strategy) in scores}
 
@@ -197,7 +199,7 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
                       "q_hit": hit(predicted), "predicted_order": cell["predicted_order"],
                       "trained_order": sorted(mine, key=lambda s: -statistics.fmean(mine[s].values())),
                       "pairs_claimed": len(pairs), "pairs_against": len(against), "pairs_against_beyond_noise": len(beyond)})
-    return {"cells": cells, "q_hits": sum(c["q_hit"] for c in cells),
+    return {"cells": cells, "not_trained": not_trained, "q_hits": sum(c["q_hit"] for c in cells),
             "q_same": sum(c["predicted_q"] == c["trained_q"] for c in cells),
             "pairs_claimed": sum(c["pairs_claimed"] for c in cells),
             "pairs_against": sum(c["pairs_against"] for c in cells),

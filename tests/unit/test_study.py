@@ -195,6 +195,10 @@ def test_preregistered_predictions_are_scored_against_the_trained_cells():
     result["rows"][3] = {**rows[3], "top1": [84.0, 85.0, 86.0]}
     check = preregistration_check(result, {"cells": [{**cell, "predicted_q": 0.3}]})
     assert (check["pairs_against"], check["pairs_against_beyond_noise"]) == (1, 1)
+    # a registered cell with no runs yet is named apart, not scored
+    later = {**cell, "workers": 256, "predicted_q": 0.1}
+    check = preregistration_check(result, {"cells": [{**cell, "predicted_q": 0.3}, later]})
+    assert len(check["cells"]) == 1 and check["not_trained"] == [{"partition": "contiguous", "workers": 256}]
 
 
 def test_cells_whose_gap_interval_is_wider_than_two_points_get_more_seeds_with_global_beside_them():
