@@ -228,6 +228,10 @@ def main() -> None:
               + (", ".join(f"{p}/M{m}/{s}" for p, m, s in short) or "none"), flush=True)
         if not seeds:
             sys.exit(f"--collect-only: no cell under {out} has {args.seeds} complete seeds yet; train first")
+        if untrained := [m for m in args.workers if all(cell[1] != m for cell in seeds)]:
+            print(f"--collect-only: no trained cell at M = {', '.join(map(str, untrained))}; collected without it",
+                  flush=True)
+            args.workers = [m for m in args.workers if m not in untrained]
     else:
         seeds = dict.fromkeys(cells, args.seeds)
         train(seeds)

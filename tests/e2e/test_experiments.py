@@ -120,6 +120,10 @@ def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(t
     again = run(*args)
     assert again.stdout.count("2 seeds complete, reused") == 4
     assert "digits/global" in json.loads((tmp_path / "study.json").read_text())["variants"]  # kept
+    # collected part-way: an M with no trained cell yet is left out of the study, its setup and its figures
+    part_way = run(*args, "--workers", "2", "8", "--collect-only")
+    assert "no trained cell at M = 8; collected without it" in part_way.stdout
+    assert json.loads((tmp_path / "study.json").read_text())["setup"]["batch_size"] == {"2": 4}
 
 
 def test_accuracy_study_refuses_one_seed():
