@@ -228,10 +228,6 @@ def main() -> None:
               + (", ".join(f"{p}/M{m}/{s}" for p, m, s in short) or "none"), flush=True)
         if not seeds:
             sys.exit(f"--collect-only: no cell under {out} has {args.seeds} complete seeds yet; train first")
-        if untrained := [m for m in args.workers if all(cell[1] != m for cell in seeds)]:
-            print(f"--collect-only: no trained cell at M = {', '.join(map(str, untrained))}; collected without it",
-                  flush=True)
-            args.workers = [m for m in args.workers if m not in untrained]
     else:
         seeds = dict.fromkeys(cells, args.seeds)
         train(seeds)
@@ -241,9 +237,13 @@ def main() -> None:
                   f"their paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)
             seeds.update(dict.fromkeys(wide, args.seeds_where_wide))
             train(dict.fromkeys(wide, args.seeds_where_wide))
+    workers = [m for m in args.workers if any(cell[1] == m for cell in seeds)]  # all of them, unless --collect-only
+    if untrained := [m for m in args.workers if m not in workers]:
+        print(f"--collect-only: no trained cell at M = {', '.join(map(str, untrained))}; collected without it",
+              flush=True)
     rows, run_dirs = collected(seeds)
     result = summary(rows)
-    result["setup"] = study_setup(args.dataset, args.partitions, args.workers, args.epochs, args.seeds, rows,
+    result["setup"] = study_setup(args.dataset, args.partitions, workers, args.epochs, args.seeds, rows,
                                   run_dirs[0])
     if args.seeds_where_wide:
         if args.collect_only:  # the cells training gives more seeds; those still short of them are named apart
@@ -270,7 +270,7 @@ def main() -> None:
     write_study(json_path, result)
     if args.into:
         file_variant(Path(args.into), variant, result)
-    figures_of(result, rows, out, args.partitions, args.workers, args.strategies, args.seeds, figures)
+    figures_of(result, rows, out, args.partitions, workers, args.strategies, args.seeds, figures)
     text = "\n\n".join([
         f"accuracy study: final validation top-1 % after {args.epochs} epochs, mean and 95 % interval over "
         f"{args.seeds} seeds (M virtual workers)",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 from hpcshuffle.analysis.intervals import EQUIVALENCE_MARGIN, REACH_LEVEL
@@ -126,6 +127,11 @@ def heading(study: dict, what: str) -> str:
             f"{setup['seeds']} seeds a cell{wide}).")
 
 
+def cells_named(keys: Iterable[tuple]) -> str:
+    """(partition, M) cells as the README lists them: `contiguous M = 32, random M = 256`, or none."""
+    return ", ".join(f"{p} M = {m}" for p, m in keys) or "none"
+
+
 def fashion_section(fashion: dict) -> list[str]:
     """The Fashion-MNIST study, first: its trained cells, what they show, and the cells still to train."""
     variant = global_norm(fashion)
@@ -134,7 +140,7 @@ def fashion_section(fashion: dict) -> list[str]:
     for what, study in (("", fashion), (" with global BatchNorm", variant or {})):
         if waiting := study.get("preregistered", {}).get("not_trained"):
             lines.append(f"- Pre-registered{what}, not trained yet: "
-                         + ", ".join(f"{c['partition']} M = {c['workers']}" for c in waiting) + ".")
+                         f"{cells_named((c['partition'], c['workers']) for c in waiting)}.")
     if "preregistered_peers" in fashion:
         lines.append(peers_line(fashion["preregistered_peers"]))
     lines += shared_reads_lines(fashion)
@@ -242,20 +248,16 @@ def findings(study: dict, variant: dict | None) -> list[str]:
     """What holds and what does not, counted from the cells."""
     gaps = gaps_by_cell(study)
     cells = [(c["partition"], c["workers"]) for c in study["cells"]]
-
-    def named(keys: list[tuple]) -> str:
-        return ", ".join(f"{p} M = {m}" for p, m in keys) or "none"
-
     kept = [key for key in cells if (g := gaps.get((*key, "local"))) and g["reaches_global"]]
     lost = [key for key in cells if key not in kept]
-    lines = [f"- **LS reaches GS in {len(kept)} of {len(cells)} cells** ({named(kept)})"
-             + (f"; not in {named(lost)}." if lost else ".")]
+    lines = [f"- **LS reaches GS in {len(kept)} of {len(cells)} cells** ({cells_named(kept)})"
+             + (f"; not in {cells_named(lost)}." if lost else ".")]
     for strategy in sorted({key[2] for key in gaps if key[2] != "local"}, key=column_order):
         reach = [key for key in cells if (g := gaps.get((*key, strategy))) and g["reaches_global"]]
         missed = [key for key in cells if key not in reach]
         what = PEERS.get(strategy) or f"q = {strategy.removeprefix('partial-')}"
         lines.append(f"- {what} reaches GS in {len(reach)} of {len(cells)} cells"
-                     + (f"; not in {named(missed)}." if missed else "."))
+                     + (f"; not in {cells_named(missed)}." if missed else "."))
     lines.append(prediction_line("**Pre-registered predictions**", study["preregistered"]))
     lines.append(f"- Final label skew against the paired gap to GS: "
                  f"{correlation_text(study['quality_vs_gap']['label_skew'])}.")
@@ -265,7 +267,7 @@ def findings(study: dict, variant: dict | None) -> list[str]:
         why = (": in these cells LS's loss under per-worker BatchNorm comes from BatchNorm's statistics over "
                "class-skewed batches" if set(tested) <= set(lost) and set(kept_global) == set(tested) else "")
         lines.append(f"- With global BatchNorm, LS reaches GS in {len(kept_global)} of {len(variant['cells'])} cells "
-                     f"({named(kept_global)}){why}.")
+                     f"({cells_named(kept_global)}){why}.")
         if "preregistered" in variant:
             lines.append(prediction_line("Its pre-registered predictions (label skew does not see the norm)",
                                          variant["preregistered"]))

@@ -214,7 +214,6 @@ def test_cells_whose_gap_interval_is_wider_than_two_points_get_more_seeds_with_g
                                           ("random", 32, "global")]  # exactly 2 points wide is not wider
 
 
-
 def test_the_readme_heading_names_the_wide_cells_trained_and_those_still_to_train():
     setup = {"dataset": "fashion", "samples": 60000, "classes": 10, "model": "small_cnn", "epochs": 10, "seeds": 3,
              "batch_size": {"32": 16}, "seeds_where_wide": {
@@ -223,6 +222,7 @@ def test_the_readme_heading_names_the_wide_cells_trained_and_those_still_to_trai
     line = heading({"setup": setup, "rows": [{"norm": "worker"}]}, "the study")
     assert line.endswith("3 seeds a cell, 5 where the paired gap's interval was wider than 2 points: contiguous M = 32 "
                          "LS, and GS at their M; still at 3, to train: random M = 32 CorgiPile).")
+
 
 def test_collect_only_takes_the_complete_seeds_and_leaves_a_run_in_progress_alone(tmp_path):
     def runs(strategy: str, epochs: list[int]) -> tuple:
