@@ -210,12 +210,13 @@ def main() -> None:
 
     def collected(seeds: dict[tuple, int]) -> tuple[list[dict], list[Path]]:
         """The summary rows of the cells' runs (seeds 0..N-1 each) and their directories; a run without a
-        partition also stands for the other partitions' cells."""
+        partition also stands for the other partitions' cells, those filed."""
         wanted = {cell_dir(out, p, m, s) / f"seed{seed}" for (p, m, s), n in seeds.items() for seed in range(n)}
         run_dirs = [run for run in find_runs(out) if run in wanted]
         rows = with_label_skew(collect(run_dirs), run_dirs)
-        return rows + [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
-                       for partition in args.partitions[1:]], run_dirs
+        rows += [{**row, "partition": partition} for row in rows if not has_partition(row["shuffle"])
+                 for partition in args.partitions[1:]]
+        return [row for row in rows if (row["partition"], row["workers"]) in filed], run_dirs
 
     def wide_of(first_pass: dict[tuple, int]) -> list[tuple]:
         """The cells (with global shuffling at their M) whose paired gap's 90 % interval over the first
@@ -226,9 +227,21 @@ def main() -> None:
         seeds, short = trained_seeds(out, cells, [args.seeds, args.seeds_where_wide or args.seeds], args.epochs)
         print(f"--collect-only: {len(seeds)} cells trained; left out, their {args.seeds} seeds not all complete: "
               + (", ".join(f"{p}/M{m}/{s}" for p, m, s in short) or "none"), flush=True)
+        # a (partition, M) is filed whole: with one of its strategies untrained, the smallest q reaching GS
+        # and the pre-registered hits would count that strategy as failing
+        filed = {(p, m) for p in args.partitions for m in args.workers
+                 if all(runs_cell(first, p, m, s) in seeds for s in args.strategies)}
+        for p, m in [(p, m) for p in args.partitions for m in args.workers if (p, m) not in filed]:
+            if trained := [s for s in args.strategies if runs_cell(first, p, m, s) in seeds]:
+                print(f"--collect-only: {p} M = {m} left out until every strategy has its seeds "
+                      f"(trained: {', '.join(trained)})", flush=True)
+        seeds = {cell: n for cell, n in seeds.items()
+                 if any(runs_cell(first, p, m, cell[2]) == cell for p, m in filed)}
         if not seeds:
-            sys.exit(f"--collect-only: no cell under {out} has {args.seeds} complete seeds yet; train first")
+            sys.exit(f"--collect-only: no (partition, M) under {out} has {args.seeds} complete seeds of every "
+                     "strategy yet; train first")
     else:
+        filed = {(p, m) for p in args.partitions for m in args.workers}
         seeds = dict.fromkeys(cells, args.seeds)
         train(seeds)
         if args.seeds_where_wide:
@@ -237,13 +250,15 @@ def main() -> None:
                   f"their paired gap's 90 % interval is wider than {args.wider_than:g} points", flush=True)
             seeds.update(dict.fromkeys(wide, args.seeds_where_wide))
             train(dict.fromkeys(wide, args.seeds_where_wide))
-    workers = [m for m in args.workers if any(cell[1] == m for cell in seeds)]  # all of them, unless --collect-only
+    # the partitions and M filed: all of them, unless --collect-only
+    partitions = [p for p in args.partitions if any(key[0] == p for key in filed)]
+    workers = [m for m in args.workers if any(key[1] == m for key in filed)]
     if untrained := [m for m in args.workers if m not in workers]:
-        print(f"--collect-only: no trained cell at M = {', '.join(map(str, untrained))}; collected without it",
+        print(f"--collect-only: no cell filed at M = {', '.join(map(str, untrained))}; collected without it",
               flush=True)
     rows, run_dirs = collected(seeds)
     result = summary(rows)
-    result["setup"] = study_setup(args.dataset, args.partitions, workers, args.epochs, args.seeds, rows,
+    result["setup"] = study_setup(args.dataset, partitions, workers, args.epochs, args.seeds, rows,
                                   run_dirs[0])
     if args.seeds_where_wide:
         if args.collect_only:  # the cells training gives more seeds; those still short of them are named apart

@@ -110,10 +110,12 @@ def file_variant(path: Path, variant: str, result: dict) -> None:
 def figures_of(result: dict, rows: list[dict], out: Path, partitions: list[str], workers_each: list[int],
                strategies: list[str], seeds: int, figures: Path) -> None:
     """The study's figures under `figures`: per (partition, M) the curves per epoch with their bands, per
-    partition accuracy against workers and what q wins back, and each measure of shuffling against the gap."""
+    partition accuracy against workers and what q wins back, and each measure of shuffling against the gap;
+    only for the (partition, M) the result holds (`partitions[0]` is where runs without a partition lie)."""
     kind = "virtual workers"
-    for partition in partitions:
-        for workers in workers_each:
+    filed = {(cell["partition"], cell["workers"]) for cell in result["cells"]}
+    for partition in [p for p in partitions if any(key[0] == p for key in filed)]:
+        for workers in [m for m in workers_each if (partition, m) in filed]:
             curves, bands = {}, {}
             for strategy in strategies:
                 cell = runs_dir(out, partitions[0], partition, workers, strategy)
@@ -130,7 +132,7 @@ def figures_of(result: dict, rows: list[dict], out: Path, partitions: list[str],
                     xlabel=f"workers M ({kind})", log_x=True, bands=scaling_bands,
                     title=f"{partition} partition: final accuracy against workers (95 % intervals)")
         recovery, recovery_bands = {}, {}
-        for workers in workers_each:
+        for workers in [m for m in workers_each if (partition, m) in filed]:
             mine = [r for r in result["rows"] if (r["partition"], r["workers"]) == (partition, workers)]
             axis = [r for r in mine if r["strategy"] != with_role("reference").name]
             recovery[f"M={workers}"] = {r["q"]: r["top1_mean"] for r in axis}
@@ -173,7 +175,8 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
     predicted q reaches global shuffling, and per pair of strategies whose planned skews differ by the
     tolerance or more whether training ranks them as predicted (a pair ranked the other way counts as a
     miss beyond the noise only where their own paired gap's interval excludes 0); the registered cells
-    with no runs yet apart, as `not_trained`."""
+    the result does not hold (no runs yet, or collected before every strategy had its seeds) apart, as
+    `not_trained`."""
     scores = {(r["partition"], r["workers"], strategy_of(r)): dict(zip(r["seeds"], r["top1"])) for r in result["rows"]}
     trained_q = {(c["partition"], c["workers"]): c["smallest_q_reaching_global"] for c in result["cells"]}
     cells, not_trained = [], []

@@ -4,6 +4,7 @@ write their figures and tables."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -122,8 +123,18 @@ def test_accuracy_study_runs_hydra_multiruns_writes_the_study_and_reuses_seeds(t
     assert "digits/global" in json.loads((tmp_path / "study.json").read_text())["variants"]  # kept
     # collected part-way: an M with no trained cell yet is left out of the study, its setup and its figures
     part_way = run(*args, "--workers", "2", "8", "--collect-only")
-    assert "no trained cell at M = 8; collected without it" in part_way.stdout
+    assert "no cell filed at M = 8; collected without it" in part_way.stdout
     assert json.loads((tmp_path / "study.json").read_text())["setup"]["batch_size"] == {"2": 4}
+    # and a (partition, M) with a strategy short of its seeds is left out whole, not scored as if it failed
+    shutil.rmtree(out / "contiguous" / "M2" / "local" / "seed1")
+    (out / "figures" / "accuracy_contiguous_M2.png").unlink()  # drawn by the runs above
+    part_way = run(*args, "--collect-only", "--preregistered", str(preregistered))
+    assert "contiguous M = 2 left out until every strategy has its seeds (trained: global)" in part_way.stdout
+    study = json.loads((tmp_path / "study.json").read_text())
+    assert {r["partition"] for r in study["rows"]} == {"random", "dirichlet-0.5"}
+    assert study["setup"]["partitions"] == ["random", "dirichlet-0.5"]
+    assert study["preregistered"]["not_trained"] == [{"partition": "contiguous", "workers": 2}]
+    assert not (out / "figures" / "accuracy_contiguous_M2.png").exists()
 
 
 def test_accuracy_study_refuses_one_seed():
