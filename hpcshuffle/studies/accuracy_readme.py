@@ -16,6 +16,7 @@ from pathlib import Path
 
 from hpcshuffle.analysis.intervals import EQUIVALENCE_MARGIN, REACH_LEVEL
 from hpcshuffle.analysis.tune import predictor_record
+from hpcshuffle.plan.corgipile import BUFFER_BLOCKS
 from hpcshuffle.studies import readme_blocks
 from hpcshuffle.studies.accuracy_runs import strategy_of
 from hpcshuffle.studies.readme_blocks import rewrite_block
@@ -139,7 +140,7 @@ def fashion_section(fashion: dict) -> list[str]:
              *variant_table(variant, fashion), "", *findings(fashion, variant)]
     for what, study in (("", fashion), (" with global BatchNorm", variant or {})):
         if waiting := study.get("preregistered", {}).get("not_trained"):
-            lines.append(f"- Pre-registered{what}, not trained yet: "
+            lines.append(f"- Pre-registered{what}, not yet trained in full: "
                          f"{cells_named((c['partition'], c['workers']) for c in waiting)}.")
     if "preregistered_peers" in fashion:
         lines.append(peers_line(fashion["preregistered_peers"]))
@@ -159,7 +160,8 @@ def peers_line(check: dict) -> str:
                        f"{rho(found['entropy']['spearman_rho'])} ({found['skew']['points']} points)"
                        for partition, found in check["by_partition"].items())
     return (f"- **The peers' shuffles** read the file order (class by class) in shards of {check['score_shard']} "
-            "consecutive samples: CorgiPile the shards in a new random order each epoch through a buffer of ten; "
+            "consecutive samples: CorgiPile the shards in a new random order each epoch through a buffer of "
+            f"{BUFFER_BLOCKS} shards (its default, shuffle.buffer 0); "
             "Streaming py1e and py1br the exact ids a StreamingDataset gives each worker, each worker a node of its "
             "own (Streaming's default canonical node count, the physical nodes, is then M) and its default shuffle "
             "block (2^18 samples, more than the dataset). Without a partition they are trained once per M and "
