@@ -67,6 +67,7 @@ from hpcshuffle.studies.accuracy_report import (
 from hpcshuffle.studies.accuracy_runs import (
     WIDE,
     cell_dir,
+    filed_whole,
     has_partition,
     predicted_q,
     run_cell,
@@ -227,16 +228,10 @@ def main() -> None:
         seeds, short = trained_seeds(out, cells, [args.seeds, args.seeds_where_wide or args.seeds], args.epochs)
         print(f"--collect-only: {len(seeds)} cells trained; left out, their {args.seeds} seeds not all complete: "
               + (", ".join(f"{p}/M{m}/{s}" for p, m, s in short) or "none"), flush=True)
-        # a (partition, M) is filed whole: with one of its strategies untrained, the smallest q reaching GS
-        # and the pre-registered hits would count that strategy as failing
-        filed = {(p, m) for p in args.partitions for m in args.workers
-                 if all(runs_cell(first, p, m, s) in seeds for s in args.strategies)}
-        for p, m in [(p, m) for p in args.partitions for m in args.workers if (p, m) not in filed]:
-            if trained := [s for s in args.strategies if runs_cell(first, p, m, s) in seeds]:
-                print(f"--collect-only: {p} M = {m} left out until every strategy has its seeds "
-                      f"(trained: {', '.join(trained)})", flush=True)
-        seeds = {cell: n for cell, n in seeds.items()
-                 if any(runs_cell(first, p, m, cell[2]) == cell for p, m in filed)}
+        seeds, filed, partly = filed_whole(first, args.partitions, args.workers, args.strategies, seeds)
+        for (p, m), trained in partly.items():
+            print(f"--collect-only: {p} M = {m} left out until every strategy has its seeds "
+                  f"(trained: {', '.join(trained)})", flush=True)
         if not seeds:
             sys.exit(f"--collect-only: no (partition, M) under {out} has {args.seeds} complete seeds of every "
                      "strategy yet; train first")

@@ -96,6 +96,20 @@ def trained_seeds(out: Path, cells: list[tuple[str, int, str]], counts: list[int
     return found, short
 
 
+def filed_whole(first: str, partitions: list[str], workers_each: list[int], strategies: list[str],
+                seeds: dict[tuple, int]) -> tuple[dict[tuple, int], set[tuple], dict[tuple, list[str]]]:
+    """What `--collect-only` files: a (partition, M) whole or not at all, since with one strategy still
+    short of its seeds the smallest q reaching GS and the pre-registered hits would read it as failing.
+    (the run cells' seeds kept, the (partition, M) filed, per (partition, M) left out with some strategy
+    trained: those strategies)."""
+    keys = [(p, m) for p in partitions for m in workers_each]
+    filed = {key for key in keys if all(runs_cell(first, *key, s) in seeds for s in strategies)}
+    partly = {key: trained for key in keys if key not in filed
+              if (trained := [s for s in strategies if runs_cell(first, *key, s) in seeds])}
+    kept = {cell: n for cell, n in seeds.items() if any(runs_cell(first, *key, cell[2]) == cell for key in filed)}
+    return kept, filed, partly
+
+
 def missing_seeds(cell: Path, seeds: int, epochs: int) -> list[int]:
     """The seeds of a cell still to train; a seed's run cut short is removed, to be trained again."""
     missing = []
