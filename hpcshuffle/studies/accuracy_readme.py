@@ -268,8 +268,11 @@ def findings(study: dict, variant: dict | None) -> list[str]:
         tested = [(c["partition"], c["workers"]) for c in variant["cells"]]
         why = (": in these cells LS's loss under per-worker BatchNorm comes from BatchNorm's statistics over "
                "class-skewed batches" if set(tested) <= set(lost) and set(kept_global) == set(tested) else "")
+        beside = gaps_by_cell(variant)
         lines.append(f"- With global BatchNorm, LS reaches GS in {len(kept_global)} of {len(variant['cells'])} cells "
-                     f"({cells_named(kept_global)}){why}.")
+                     f"({cells_named(kept_global)}){why}. LS − GS with global BatchNorm against per-worker: "
+                     + "; ".join(f"{cells_named([key])} {gap_text(beside.get((*key, 'local')))} against "
+                                 f"{gap_text(gaps.get((*key, 'local')))}" for key in tested) + ".")
         if "preregistered" in variant:
             lines.append(prediction_line("Its pre-registered predictions (label skew does not see the norm)",
                                          variant["preregistered"]))
