@@ -290,7 +290,8 @@ def prediction_line(what: str, check: dict) -> str:
             f"{check['pairs_claimed']} pairs of strategies the plans ranked apart, training ranks "
             f"{check['pairs_against']} the other way, {check['pairs_against_beyond_noise']} of them beyond the noise. "
             "The constants, scored by the same rule: " + ", ".join(
-                f"{name} right in {hits}" for name, hits in check["baselines"].items()) + ".")
+                f"{name} right in {hits} ({check['baselines_exact'][name]} the same q)"
+                for name, hits in check["baselines"].items()) + ".")
 
 
 def synthetic_line(synthetic: dict, study: dict) -> str:

@@ -176,11 +176,13 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
     tolerance or more whether training ranks them as predicted (a pair ranked the other way counts as a
     miss beyond the noise only where their own paired gap's interval excludes 0); the registered cells
     the result does not hold (no runs yet, or collected before every strategy had its seeds) apart, as
-    `not_trained`."""
+    `not_trained`. The constants "always LS / 0.1 / 0.3" are scored on the same cells by the same rule
+    (`baselines`) and by the exact one, the q training found and no other (`baselines_exact`, beside the
+    predictor's `q_same`)."""
     scores = {(r["partition"], r["workers"], strategy_of(r)): dict(zip(r["seeds"], r["top1"])) for r in result["rows"]}
     trained_q = {(c["partition"], c["workers"]): c["smallest_q_reaching_global"] for c in result["cells"]}
     cells, not_trained = [], []
-    baselines = dict.fromkeys(CONSTANT_QS, 0)
+    baselines, exact = dict.fromkeys(CONSTANT_QS, 0), dict.fromkeys(CONSTANT_QS, 0)
     for cell in preregistered["cells"]:
         key = (cell["partition"], cell["workers"])
         if key not in trained_q:
@@ -195,6 +197,7 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
         predicted = cell["predicted_q"]
         for q in CONSTANT_QS:
             baselines[q] += hit(q)
+            exact[q] += q == trained_q[key]
         pairs = [(a, b) for a in mine for b in mine if cell["skew"][b] - cell["skew"][a] >= SKEW_TOLERANCE]
         against = [(a, b) for a, b in pairs if statistics.fmean(mine[a].values()) < statistics.fmean(mine[b].values())]
         beyond = [(a, b) for a, b in against if paired_gap(mine[a], mine[b], f"{a} - {b}")[2] < 0]
@@ -207,7 +210,8 @@ def preregistration_check(result: dict, preregistered: dict) -> dict:
             "pairs_claimed": sum(c["pairs_claimed"] for c in cells),
             "pairs_against": sum(c["pairs_against"] for c in cells),
             "pairs_against_beyond_noise": sum(c["pairs_against_beyond_noise"] for c in cells),
-            "baselines": {constant_name(q): hits for q, hits in baselines.items()}}
+            "baselines": {constant_name(q): hits for q, hits in baselines.items()},
+            "baselines_exact": {constant_name(q): hits for q, hits in exact.items()}}
 
 
 CONSTANT_QS = (0.0, 0.1, 0.3)  # the simplest predictors, scored by the same rule: always LS, always 0.1, always 0.3
@@ -237,5 +241,6 @@ def preregistration_table(check: dict) -> str:
                  f"{check['pairs_claimed']} claimed pairs ranked the other way, {check['pairs_against_beyond_noise']} "
                  "of them beyond the noise")
     lines.append("the same rule for constant predictions: " + ", ".join(
-        f"{name} {hits} of {len(check['cells'])}" for name, hits in check["baselines"].items()))
+        f"{name} {hits} of {len(check['cells'])} ({check['baselines_exact'][name]} the same q)"
+        for name, hits in check["baselines"].items()))
     return "\n".join(lines)

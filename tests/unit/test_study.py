@@ -191,6 +191,15 @@ def test_preregistered_predictions_are_scored_against_the_trained_cells():
     assert (check["pairs_claimed"], check["pairs_against"]) == (5, 0)
     # the constants under the same rule, whatever was predicted: only "always 0.3" is right here
     assert check["baselines"] == {"always LS": 0, "always 0.1": 0, "always 0.3": 1}
+    assert check["baselines_exact"] == {"always LS": 0, "always 0.1": 0, "always 0.3": 1}
+    # a cell where q 0.1 reaches GS and so does q 0.3: "always 0.3" is right by the rule, not exactly
+    close = {"partial-0.1": [89.8, 91.0, 92.1], "partial-0.3": [90.0, 91.2, 91.9]}
+    reached = {"rows": [*rows[:2], *({**row, "top1": close[f"partial-{row['q']:g}"]} for row in rows[2:])],
+               "cells": [{"partition": "contiguous", "workers": 16, "smallest_q_reaching_global": 0.1}]}
+    check = preregistration_check(reached, {"cells": [{**cell, "predicted_q": 0.3}]})
+    assert (check["q_hits"], check["q_same"]) == (1, 0)
+    assert check["baselines"] == {"always LS": 0, "always 0.1": 1, "always 0.3": 1}
+    assert check["baselines_exact"] == {"always LS": 0, "always 0.1": 1, "always 0.3": 0}
     # a cell whose q 0.3 trains worse than q 0.1 at every seed: one pair against, beyond the noise
     result["rows"][3] = {**rows[3], "top1": [84.0, 85.0, 86.0]}
     check = preregistration_check(result, {"cells": [{**cell, "predicted_q": 0.3}]})
