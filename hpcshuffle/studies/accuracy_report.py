@@ -18,7 +18,7 @@ from hpcshuffle.analysis.intervals import (
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
 from hpcshuffle.analysis.study import points, quality_vs_gap, summary
 from hpcshuffle.plan import with_role
-from hpcshuffle.studies.accuracy_runs import label, runs_dir, strategy_of
+from hpcshuffle.studies.accuracy_runs import has_partition, label, runs_dir, strategy_of
 from hpcshuffle.studies.runs import records
 from hpcshuffle.training.metrics import validation_score
 
@@ -51,21 +51,27 @@ def runs_of(rows: list[dict], result: dict) -> list[dict]:
 
 def rows_of_runs(runs: list[dict]) -> list[dict]:
     """A study JSON's stored runs (`runs_of`) as the summary rows they were made from, final top-1 as
-    stored (3 decimals): what re-scoring a study needs, with no run directory."""
+    stored (3 decimals): what re-scoring a study needs, with no run directory. Each row's `run` names
+    the run as the correlations count it: a strategy without a partition stands in every partition's
+    cell under one name, as its one run directory does."""
+    def name(run: dict) -> str:
+        where = f"{run['partition']}/" if has_partition(run["strategy"]) else ""
+        return f"{where}M{run['workers']}/{run['strategy']}-{run['q']:g}/seed{run['seed']}"
     return [{"complete": True, "final_score": run["top1"], "partition": run["partition"], "workers": run["workers"],
              "shuffle": run["strategy"], "q": run["q"], "seed": run["seed"], "mixing": run["mixing"],
-             "label_skew": run["label_skew"], "label_skew_early": run["label_skew_early"]} for run in runs]
+             "label_skew": run["label_skew"], "label_skew_early": run["label_skew_early"], "run": name(run)}
+            for run in runs]
 
 
 def rescored(study: dict, preregistered: dict | None) -> dict:
     """`study` (a study's JSON, or one of its variants) summarised again from its stored runs under
-    today's rule, with its cells' plan predictions kept and, given its pre-registration, that held
-    against it again; no run is trained or read."""
+    today's rule, with its cells' plan predictions and plan measures kept and, given its pre-registration,
+    that held against it again; no run is trained or read."""
     result = summary(rows_of_runs(study["runs"]))
     before = {(c["partition"], c["workers"]): c for c in study["cells"]}
     for cell in result["cells"]:
         old = before[(cell["partition"], cell["workers"])]
-        cell.update({key: old[key] for key in ("predicted_q", "predicted_skew") if key in old})
+        cell.update({key: old[key] for key in ("predicted_q", "predicted_skew", "plan_measures") if key in old})
     result.update(setup=study["setup"], runs=study["runs"])
     if preregistered is not None:
         result["preregistered"] = preregistration_check(result, preregistered)

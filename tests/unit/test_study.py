@@ -2,12 +2,14 @@
 the one "reaches global" rule (an equivalence test: the paired gap's 90 % interval ends at most 1
 point below 0), the quality-vs-gap correlations
 (Pearson and Spearman, overall and within partitions and families), and `tune-q` on a
-study's results tree — on fake run directories."""
+study's results tree — on fake run directories; and the stored studies scored again from their runs."""
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
+from pathlib import Path
 
 import pytest
 
@@ -20,8 +22,9 @@ from hpcshuffle.analysis.intervals import (
 from hpcshuffle.analysis.report import collect, find_runs
 from hpcshuffle.analysis.study import correlation, points, study_table, summary
 from hpcshuffle.cli import main
+from hpcshuffle.studies.accuracy_peers import peer_preregistration_check
 from hpcshuffle.studies.accuracy_readme import heading
-from hpcshuffle.studies.accuracy_report import preregistration_check
+from hpcshuffle.studies.accuracy_report import preregistration_check, rescored
 from hpcshuffle.studies.accuracy_runs import trained_seeds, wide_cells
 from tests.unit.test_tune import write_run
 
@@ -245,3 +248,20 @@ def test_collect_only_takes_the_complete_seeds_and_leaves_a_run_in_progress_alon
     found, left_out = trained_seeds(tmp_path, [five, three, short], [3, 5], epochs=2)
     assert found == {five: 5, three: 3} and left_out == [short]
     assert (tmp_path / "random/M4/partial-0.3/seed2/metrics.jsonl").read_text() == '{"epoch": 0}\n'  # untouched
+
+
+REFERENCE = Path(__file__).resolve().parents[2] / "results" / "reference"
+
+
+@pytest.mark.parametrize("stem", ["accuracy_fashion", "accuracy_study"])
+def test_a_stored_study_scored_again_from_its_runs_is_what_it_stores(stem):
+    # the rule has not changed since these were filed, so re-scoring (experiments/accuracy_rescore.py)
+    # must give them back: the gaps, the correlations (a peer's run counted once for both partitions'
+    # cells) and both pre-registration checks
+    stored = json.loads((REFERENCE / f"{stem}.json").read_text())
+    again = rescored(stored, json.loads((REFERENCE / f"{stem}_preregistered.json").read_text()))
+    for key in ("rows", "cells", "gaps", "quality_vs_gap", "preregistered"):
+        assert again[key] == stored[key], key
+    if "preregistered_peers" in stored:
+        peers = json.loads((REFERENCE / f"{stem}_peers_preregistered.json").read_text())
+        assert peer_preregistration_check(again, peers) == stored["preregistered_peers"]
