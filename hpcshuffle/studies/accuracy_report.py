@@ -18,7 +18,13 @@ from hpcshuffle.analysis.intervals import (
 from hpcshuffle.analysis.plots import plot_curves, plot_scatter
 from hpcshuffle.analysis.study import points, quality_vs_gap, summary
 from hpcshuffle.plan import with_role
-from hpcshuffle.studies.accuracy_runs import has_partition, label, runs_dir, strategy_of
+from hpcshuffle.studies.accuracy_runs import (
+    cell_dir,
+    label,
+    runs_cell,
+    runs_dir,
+    strategy_of,
+)
 from hpcshuffle.studies.runs import records
 from hpcshuffle.training.metrics import validation_score
 
@@ -52,11 +58,11 @@ def runs_of(rows: list[dict], result: dict) -> list[dict]:
 def rows_of_runs(runs: list[dict]) -> list[dict]:
     """A study JSON's stored runs (`runs_of`) as the summary rows they were made from, final top-1 as
     stored (3 decimals): what re-scoring a study needs, with no run directory. Each row's `run` names
-    the run as the correlations count it: a strategy without a partition stands in every partition's
-    cell under one name, as its one run directory does."""
+    the run as the correlations count it: its directory under the study, where a strategy without a
+    partition has one for every partition's cell (`runs_cell`, its partition left out)."""
     def name(run: dict) -> str:
-        where = f"{run['partition']}/" if has_partition(run["strategy"]) else ""
-        return f"{where}M{run['workers']}/{run['strategy']}-{run['q']:g}/seed{run['seed']}"
+        return str(cell_dir(Path(), *runs_cell("", run["partition"], run["workers"], strategy_of(run)))
+                   / f"seed{run['seed']}")
     return [{"complete": True, "final_score": run["top1"], "partition": run["partition"], "workers": run["workers"],
              "shuffle": run["strategy"], "q": run["q"], "seed": run["seed"], "mixing": run["mixing"],
              "label_skew": run["label_skew"], "label_skew_early": run["label_skew_early"], "run": name(run)}
